@@ -1,0 +1,1 @@
+"""The OpenEnv server, the episode rules and the sandbox (built in later issues)."""

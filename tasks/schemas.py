@@ -1,0 +1,56 @@
+"""JSON-schema fragments for answers, with ``x-`` keys that the random baseline reads.
+
+``x-kind`` says how the grader reads the answer, ``x-universe`` the number of candidates and
+``x-k-max`` the family's largest possible truth size at that level (a family-level bound, not the
+instance's |G|, which no prompt states).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def index_schema(n: int, k_max: int, description: str, kind: str = "indices", first: int = 0) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": {"type": "integer", "minimum": first, "maximum": first + n - 1},
+        "uniqueItems": True,
+        "description": description,
+        "x-kind": kind,
+        "x-universe": n,
+        "x-k-max": k_max,
+    }
+
+
+def head_schema(n_layers: int, n_heads: int, k_max: int, description: str,
+                roles: tuple[str, ...] = ()) -> dict[str, Any]:
+    head = {
+        "type": "array",
+        "items": [
+            {"type": "integer", "minimum": 0, "maximum": n_layers - 1},
+            {"type": "integer", "minimum": 0, "maximum": n_heads - 1},
+        ],
+        "minItems": 2,
+        "maxItems": 2,
+    }
+    schema: dict[str, Any] = {
+        "description": description,
+        "x-kind": "heads+roles" if roles else "heads",
+        "x-universe": n_layers * n_heads,
+        "x-k-max": k_max,
+        "x-n-layers": n_layers,
+        "x-n-heads": n_heads,
+    }
+    if roles:
+        schema.update({
+            "type": "object",
+            "properties": {
+                "heads": {"type": "array", "items": head, "uniqueItems": True},
+                "roles": {"type": "object", "additionalProperties": {"enum": list(roles)}},
+            },
+            "required": ["heads"],
+            "x-roles": list(roles),
+        })
+    else:
+        schema.update({"type": "array", "items": head, "uniqueItems": True})
+    return schema
