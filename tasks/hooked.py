@@ -1,0 +1,475 @@
+"""A small hooked transformer with the TransformerLens surface, shared by every transformer family.
+
+Why: agents and researchers trained on TransformerLens tutorials should feel at home, so hook
+names, tensor shapes, parameter names and the cache API follow TransformerLens (``HookedTransformer``,
+``ActivationCache``, ``utils.get_act_name``). Hook points are identity modules; a hook function is
+called as ``fn(tensor, hook=hook_point)`` and may edit the tensor in place or return a replacement.
+The models here have no LayerNorm, so every ``apply_ln`` option is the identity.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+HookFn = Callable[..., Any]
+NameFilter = None | str | Sequence[str] | Callable[[str], bool]
+
+
+@dataclass
+class HookedConfig:
+    """The public architecture (``model.cfg``); nothing in it depends on the planted answer."""
+
+    n_layers: int
+    n_heads: int
+    d_model: int
+    d_head: int
+    d_vocab: int
+    n_ctx: int
+    d_mlp: int | None = None
+    attn_only: bool = True
+    act_fn: str = "relu"
+    normalization_type: str | None = None
+    positional_embedding_type: str = "standard"
+    device: str = "cpu"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class HookPoint(nn.Module):
+    """Identity module where hooks attach; ``name`` is its full TransformerLens name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.name: str = ""
+        self._handles: list[Any] = []
+
+    def layer(self) -> int:
+        """The block index of this hook point (raises for hooks outside blocks, as TransformerLens)."""
+        parts = self.name.split(".")
+        if len(parts) < 2 or parts[0] != "blocks":
+            raise ValueError(f"hook {self.name} is not inside a block")
+        return int(parts[1])
+
+    def add_hook(self, fn: HookFn, dir: str = "fwd") -> None:  # noqa: A002 - TransformerLens name
+        if dir == "fwd":
+            def fwd(module: nn.Module, inputs: Any, output: torch.Tensor) -> Any:
+                return fn(output, hook=self)
+            self._handles.append(self.register_forward_hook(fwd))
+        elif dir == "bwd":
+            def bwd(module: nn.Module, grad_input: Any, grad_output: Any) -> Any:
+                out = fn(grad_output[0], hook=self)
+                return None if out is None else (out,)
+            self._handles.append(self.register_full_backward_hook(bwd))
+        else:
+            raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
+
+    def remove_hooks(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def __repr__(self) -> str:
+        return "HookPoint()"
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        h, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        self.cfg = cfg
+        self.W_Q = nn.Parameter(torch.zeros(h, d, dh))
+        self.W_K = nn.Parameter(torch.zeros(h, d, dh))
+        self.W_V = nn.Parameter(torch.zeros(h, d, dh))
+        self.W_O = nn.Parameter(torch.zeros(h, dh, d))
+        self.b_Q = nn.Parameter(torch.zeros(h, dh))
+        self.b_K = nn.Parameter(torch.zeros(h, dh))
+        self.b_V = nn.Parameter(torch.zeros(h, dh))
+        self.b_O = nn.Parameter(torch.zeros(d))
+        self.attn_scale = math.sqrt(dh)
+        self.register_buffer("mask", torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool)), persistent=False)
+        for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
+            setattr(self, name, HookPoint())
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        q = self.hook_q(torch.einsum("bpd,hde->bphe", resid, self.W_Q) + self.b_Q)
+        k = self.hook_k(torch.einsum("bpd,hde->bphe", resid, self.W_K) + self.b_K)
+        v = self.hook_v(torch.einsum("bpd,hde->bphe", resid, self.W_V) + self.b_V)
+        n = resid.shape[1]
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / self.attn_scale
+        scores = scores.masked_fill(~self.mask[:n, :n], float("-inf"))
+        scores = self.hook_attn_scores(scores)
+        pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
+        z = self.hook_z(torch.einsum("bhqk,bkhe->bqhe", pattern, v))
+        result = self.hook_result(torch.einsum("bqhe,hed->bqhd", z, self.W_O))
+        return result.sum(dim=2) + self.b_O
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        assert cfg.d_mlp is not None
+        self.W_in = nn.Parameter(torch.zeros(cfg.d_model, cfg.d_mlp))
+        self.b_in = nn.Parameter(torch.zeros(cfg.d_mlp))
+        self.W_out = nn.Parameter(torch.zeros(cfg.d_mlp, cfg.d_model))
+        self.b_out = nn.Parameter(torch.zeros(cfg.d_model))
+        self.hook_pre = HookPoint()
+        self.hook_post = HookPoint()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pre = self.hook_pre(x @ self.W_in + self.b_in)
+        return self.hook_post(F.relu(pre)) @ self.W_out + self.b_out
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        self.attn = Attention(cfg)
+        self.hook_resid_pre = HookPoint()
+        self.hook_attn_out = HookPoint()
+        self.hook_resid_post = HookPoint()
+        if not cfg.attn_only:
+            self.mlp = MLP(cfg)
+            self.hook_resid_mid = HookPoint()
+            self.hook_mlp_out = HookPoint()
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        resid = self.hook_resid_pre(resid)
+        resid = resid + self.hook_attn_out(self.attn(resid))
+        if hasattr(self, "mlp"):
+            resid = self.hook_resid_mid(resid)
+            resid = resid + self.hook_mlp_out(self.mlp(resid))
+        return self.hook_resid_post(resid)
+
+
+class Embed(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        self.W_E = nn.Parameter(torch.zeros(cfg.d_vocab, cfg.d_model))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.W_E[tokens]
+
+
+class PosEmbed(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        self.W_pos = nn.Parameter(torch.zeros(cfg.n_ctx, cfg.d_model))
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.W_pos[: tokens.shape[-1]].unsqueeze(0).expand(tokens.shape[0], -1, -1)
+
+
+class Unembed(nn.Module):
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        self.W_U = nn.Parameter(torch.zeros(cfg.d_model, cfg.d_vocab))
+        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab))
+
+    def forward(self, resid: torch.Tensor) -> torch.Tensor:
+        return resid @ self.W_U + self.b_U
+
+
+def _name_matcher(names: NameFilter) -> Callable[[str], bool]:
+    if names is None:
+        return lambda name: True
+    if isinstance(names, str):
+        return lambda name: name == names
+    if callable(names):
+        return names
+    wanted = set(names)
+    return lambda name: name in wanted
+
+
+class HookedTransformer(nn.Module):
+    """An attention-only (or attention + MLP) transformer with TransformerLens names and hooks."""
+
+    def __init__(self, cfg: HookedConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embed(cfg)
+        self.hook_embed = HookPoint()
+        self.pos_embed = PosEmbed(cfg)
+        self.hook_pos_embed = HookPoint()
+        self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
+        self.unembed = Unembed(cfg)
+        self.hook_dict: dict[str, HookPoint] = {}
+        self.mod_dict: dict[str, nn.Module] = {}
+        for name, module in self.named_modules():
+            if name:
+                self.mod_dict[name] = module
+            if isinstance(module, HookPoint):
+                module.name = name
+                self.hook_dict[name] = module
+
+    # -- forward --------------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, return_type: str | None = "logits",
+                loss_per_token: bool = False) -> Any:
+        tokens = torch.as_tensor(tokens)
+        if tokens.dim() == 1:
+            tokens = tokens.unsqueeze(0)
+        if tokens.shape[-1] > self.cfg.n_ctx:
+            raise ValueError(f"sequence length {tokens.shape[-1]} exceeds n_ctx={self.cfg.n_ctx}")
+        resid = self.hook_embed(self.embed(tokens)) + self.hook_pos_embed(self.pos_embed(tokens))
+        for block in self.blocks:
+            resid = block(resid)
+        if return_type is None:
+            return None
+        logits = self.unembed(resid)
+        if return_type == "logits":
+            return logits
+        if return_type in ("loss", "both"):
+            logp = F.log_softmax(logits[:, :-1], dim=-1)
+            nll = -logp.gather(-1, tokens[:, 1:, None])[..., 0]
+            loss = nll if loss_per_token else nll.mean()
+            return loss if return_type == "loss" else (logits, loss)
+        raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+
+    # -- hooks ----------------------------------------------------------------------------
+    def add_hook(self, name: str | Callable[[str], bool], hook: HookFn, dir: str = "fwd") -> None:  # noqa: A002
+        if isinstance(name, str):
+            if name not in self.hook_dict:
+                raise KeyError(f"no hook point named {name!r} (see model.hook_dict)")
+            self.hook_dict[name].add_hook(hook, dir=dir)
+            return
+        for hook_name, point in self.hook_dict.items():
+            if name(hook_name):
+                point.add_hook(hook, dir=dir)
+
+    def reset_hooks(self) -> None:
+        for point in self.hook_dict.values():
+            point.remove_hooks()
+
+    def run_with_hooks(self, tokens: torch.Tensor, *args: Any, fwd_hooks: Sequence[tuple] = (),
+                       bwd_hooks: Sequence[tuple] = (), reset_hooks_end: bool = True, **kwargs: Any) -> Any:
+        for name, fn in fwd_hooks:
+            self.add_hook(name, fn, dir="fwd")
+        for name, fn in bwd_hooks:
+            self.add_hook(name, fn, dir="bwd")
+        try:
+            return self(tokens, *args, **kwargs)
+        finally:
+            if reset_hooks_end and not bwd_hooks:
+                self.reset_hooks()
+
+    def run_with_cache(self, tokens: torch.Tensor, *args: Any, names_filter: NameFilter = None,
+                       remove_batch_dim: bool = False, **kwargs: Any) -> tuple[Any, ActivationCache]:
+        match = _name_matcher(names_filter)
+        store: dict[str, torch.Tensor] = {}
+
+        def save(tensor: torch.Tensor, hook: HookPoint) -> None:
+            t = tensor.detach()
+            store[hook.name] = t[0] if remove_batch_dim else t
+
+        handles = [(p, len(p._handles)) for n, p in self.hook_dict.items() if match(n)]
+        for point, _ in handles:
+            point.add_hook(save)
+        try:
+            out = self(tokens, *args, **kwargs)
+        finally:
+            for point, before in handles:
+                for handle in point._handles[before:]:
+                    handle.remove()
+                del point._handles[before:]
+        return out, ActivationCache(store, self.cfg, has_batch_dim=not remove_batch_dim)
+
+    # -- weight views (TransformerLens shapes: [n_layers, n_heads, ...]) -------------------
+    def _stack(self, attr: str) -> torch.Tensor:
+        return torch.stack([getattr(b.attn, attr) for b in self.blocks])
+
+    W_Q = property(lambda self: self._stack("W_Q"))
+    W_K = property(lambda self: self._stack("W_K"))
+    W_V = property(lambda self: self._stack("W_V"))
+    W_O = property(lambda self: self._stack("W_O"))
+    b_Q = property(lambda self: self._stack("b_Q"))
+    b_K = property(lambda self: self._stack("b_K"))
+    b_V = property(lambda self: self._stack("b_V"))
+    b_O = property(lambda self: self._stack("b_O"))
+    W_E = property(lambda self: self.embed.W_E)
+    W_pos = property(lambda self: self.pos_embed.W_pos)
+    W_U = property(lambda self: self.unembed.W_U)
+    b_U = property(lambda self: self.unembed.b_U)
+    W_in = property(lambda self: torch.stack([b.mlp.W_in for b in self.blocks]))
+    W_out = property(lambda self: torch.stack([b.mlp.W_out for b in self.blocks]))
+    b_in = property(lambda self: torch.stack([b.mlp.b_in for b in self.blocks]))
+    b_out = property(lambda self: torch.stack([b.mlp.b_out for b in self.blocks]))
+
+
+# ---------------------------------------------------------------------------------------
+# names and the cache
+# ---------------------------------------------------------------------------------------
+_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
+            "mlp_pre": "pre", "mlp_post": "post"}
+_ATTN = {"q", "k", "v", "z", "result", "pattern", "attn_scores"}
+_MLP = {"pre", "post"}
+
+
+def get_act_name(name: str, layer: int | None = None, subtype: str | None = None,
+                 layer_type: str | None = None) -> str:
+    """TransformerLens' ``utils.get_act_name``: ``("pattern", 0)`` -> ``blocks.0.attn.hook_pattern``."""
+    if not isinstance(name, str):
+        raise TypeError("name must be a string such as 'pattern' or 'resid_post'")
+    if "." in name or name.startswith("hook_"):
+        return name
+    name = _ALIASES.get(name, name)
+    layer_type = layer_type or subtype
+    full = f"blocks.{int(layer)}." if layer is not None else ""
+    if name in _ATTN:
+        layer_type = "attn"
+    elif name in _MLP:
+        layer_type = "mlp"
+    elif layer_type in ("a", "attn"):
+        layer_type = "attn"
+    elif layer_type in ("m", "mlp"):
+        layer_type = "mlp"
+    else:
+        layer_type = None
+    if layer_type and layer is not None:
+        full += f"{layer_type}."
+    return full + f"hook_{name}"
+
+
+def to_numpy(tensor: Any) -> np.ndarray:
+    """TransformerLens' ``utils.to_numpy``."""
+    if isinstance(tensor, torch.Tensor):
+        return tensor.detach().cpu().numpy()
+    return np.asarray(tensor)
+
+
+class ActivationCache:
+    """The cache returned by ``run_with_cache``: full names, ``cache["pattern", 0]``, short keys."""
+
+    def __init__(self, store: dict[str, torch.Tensor], cfg: HookedConfig, has_batch_dim: bool = True):
+        self.cache_dict = store
+        self.cfg = cfg
+        self.has_batch_dim = has_batch_dim
+
+    def _key(self, key: Any) -> str:
+        if isinstance(key, str):
+            return key if key in self.cache_dict else get_act_name(key)
+        if isinstance(key, tuple) and 1 <= len(key) <= 3:
+            name, layer, *rest = key
+            if layer is not None and layer < 0:
+                layer = self.cfg.n_layers + layer
+            return get_act_name(name, layer, *rest)
+        raise KeyError(f"cache keys are names ('blocks.0.attn.hook_pattern', 'embed') or (name, layer) tuples, got {key!r}")
+
+    def __getitem__(self, key: Any) -> torch.Tensor:
+        full = self._key(key)
+        if full not in self.cache_dict:
+            raise KeyError(f"{full!r} is not in the cache (was it filtered out by names_filter?)")
+        return self.cache_dict[full]
+
+    def __contains__(self, key: Any) -> bool:
+        try:
+            return self._key(key) in self.cache_dict
+        except KeyError:
+            return False
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache_dict)
+
+    def __len__(self) -> int:
+        return len(self.cache_dict)
+
+    def keys(self):
+        return self.cache_dict.keys()
+
+    def values(self):
+        return self.cache_dict.values()
+
+    def items(self):
+        return self.cache_dict.items()
+
+    def __repr__(self) -> str:
+        return f"ActivationCache with keys {list(self.cache_dict)}"
+
+    def remove_batch_dim(self) -> ActivationCache:
+        if not self.has_batch_dim:
+            return self
+        return ActivationCache({k: v[0] for k, v in self.cache_dict.items()}, self.cfg, has_batch_dim=False)
+
+    @staticmethod
+    def _slice(t: torch.Tensor, pos_slice: Any) -> torch.Tensor:
+        return t if pos_slice is None else t[..., pos_slice, :]
+
+    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
+                          pos_slice: Any = None, return_labels: bool = False) -> Any:
+        """The residual stream before each layer up to ``layer`` (and the final one at n_layers)."""
+        n = self.cfg.n_layers
+        layer = n if layer is None else (layer + n + 1 if layer < 0 else layer)
+        parts, labels = [], []
+        for lay in range(layer):
+            if lay < n:
+                parts.append(self[("resid_pre", lay)])
+                labels.append(f"{lay}_pre")
+                if incl_mid and not self.cfg.attn_only:
+                    parts.append(self[("resid_mid", lay)])
+                    labels.append(f"{lay}_mid")
+        if layer == n:
+            parts.append(self[("resid_post", n - 1)])
+            labels.append("final_post")
+        stack = torch.stack([self._slice(p, pos_slice) for p in parts])
+        return (stack, labels) if return_labels else stack
+
+    def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
+                        apply_ln: bool = False, pos_slice: Any = None, incl_embeds: bool = True,
+                        return_labels: bool = False) -> Any:
+        """Embeddings, then each layer's attention (and MLP) output, up to ``layer``."""
+        n = self.cfg.n_layers
+        layer = n if layer is None else layer
+        parts, labels = [], []
+        if incl_embeds:
+            parts += [self["hook_embed"], self["hook_pos_embed"]]
+            labels += ["embed", "pos_embed"]
+        for lay in range(layer):
+            if mode in ("all", "attn"):
+                parts.append(self[("attn_out", lay)])
+                labels.append(f"{lay}_attn_out")
+            if mode in ("all", "mlp") and not self.cfg.attn_only:
+                parts.append(self[("mlp_out", lay)])
+                labels.append(f"{lay}_mlp_out")
+        if mlp_input and layer < n and not self.cfg.attn_only and mode in ("all", "attn"):
+            parts.append(self[("attn_out", layer)])
+            labels.append(f"{layer}_attn_out")
+        stack = torch.stack([self._slice(p, pos_slice) for p in parts])
+        return (stack, labels) if return_labels else stack
+
+    def stack_head_results(self, layer: int = -1, return_labels: bool = False, incl_remainder: bool = False,
+                           pos_slice: Any = None, apply_ln: bool = False) -> Any:
+        """Each head's output [n_heads*layers, ..., d_model] (heads of layers < ``layer``; -1 = all)."""
+        n = self.cfg.n_layers
+        layer = n if layer == -1 else layer
+        parts, labels = [], []
+        for lay in range(layer):
+            res = self[("result", lay)]  # [..., pos, head, d_model]
+            for h in range(self.cfg.n_heads):
+                parts.append(res[..., h, :])
+                labels.append(f"L{lay}H{h}")
+        stack = torch.stack([self._slice(p, pos_slice) for p in parts])
+        if incl_remainder:
+            final = self._slice(self[("resid_post", layer - 1)] if layer > 0 else self["hook_embed"], pos_slice)
+            stack = torch.cat([stack, (final - stack.sum(0))[None]])
+            labels.append("remainder")
+        return (stack, labels) if return_labels else stack
+
+
+class Utils:
+    """The ``utils`` object in the sandbox namespace (a TransformerLens subset)."""
+
+    get_act_name = staticmethod(get_act_name)
+    to_numpy = staticmethod(to_numpy)
+
+
+utils = Utils()
