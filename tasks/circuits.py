@@ -1,0 +1,195 @@
+"""Hand-planting circuits into a :class:`~.hooked.HookedTransformer`.
+
+Why: the transformer families plant heads with exact jobs (copy a marked token, attend to the
+previous position, compose across layers). Writing them in a readable, unrotated basis -- named
+subspaces of the residual stream such as ``tok``, ``out``, ``pos`` -- keeps each construction short
+and checkable. :meth:`Planter.build` then hides that basis: a random orthogonal rotation of the
+residual stream, a random rotation inside every head (which leaves QK and OV unchanged), optional
+dense noise on every weight, and quantisation to the 2**-16 grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .hooked import HookedConfig, HookedTransformer
+from .rng import Stream, quantise
+
+
+@dataclass
+class Layout:
+    """Named, disjoint subspaces of the (unrotated) residual stream."""
+
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    size: int = 0
+
+    def add(self, name: str, dim: int) -> None:
+        self.spans[name] = (self.size, self.size + dim)
+        self.size += dim
+
+    def idx(self, name: str, i: int = 0) -> int:
+        start, stop = self.spans[name]
+        if not 0 <= i < stop - start:
+            raise IndexError(f"{name}[{i}] outside a span of {stop - start}")
+        return start + i
+
+    def dim(self, name: str) -> int:
+        start, stop = self.spans[name]
+        return stop - start
+
+
+class Planter:
+    """Accumulates weights in the unrotated basis, then builds a quantised, rotated model."""
+
+    def __init__(self, cfg: HookedConfig, layout: Layout):
+        if layout.size > cfg.d_model:
+            raise ValueError(f"layout needs {layout.size} dims, d_model is {cfg.d_model}")
+        self.cfg, self.lay = cfg, layout
+        h, d, dh = cfg.n_heads, cfg.d_model, cfg.d_head
+        n = cfg.n_layers
+        self.W_E = np.zeros((cfg.d_vocab, d))
+        self.W_pos = np.zeros((cfg.n_ctx, d))
+        self.W_U = np.zeros((d, cfg.d_vocab))
+        self.b_U = np.zeros(cfg.d_vocab)
+        self.W_Q = np.zeros((n, h, d, dh))
+        self.W_K = np.zeros((n, h, d, dh))
+        self.W_V = np.zeros((n, h, d, dh))
+        self.W_O = np.zeros((n, h, dh, d))
+        self.b_Q = np.zeros((n, h, dh))
+        self.b_K = np.zeros((n, h, dh))
+
+    # -- helpers to write a head ------------------------------------------------------------
+    def qk(self, layer: int, head: int, pairs: list[tuple[int, int, float]], bias_q: dict[int, float] | None = None) -> None:
+        """Score contributions: for each (query residual dim, key residual dim, strength), the
+        head's score gains ``strength`` * x_q[dim_q] * x_k[dim_k] (after the 1/sqrt(d_head) scale).
+        Each pair uses its own head dimension, so pairs do not interfere (len(pairs) <= d_head)."""
+        scale = np.sqrt(np.sqrt(self.cfg.d_head))
+        used = int((np.abs(self.W_Q[layer, head]).sum(0) + np.abs(self.W_K[layer, head]).sum(0) > 0).sum())
+        for e, (dq, dk, strength) in enumerate(pairs, start=used):
+            root = np.sqrt(abs(strength)) * scale
+            self.W_Q[layer, head, dq, e] += root * np.sign(strength)
+            self.W_K[layer, head, dk, e] += root
+        for e, value in (bias_q or {}).items():
+            self.b_Q[layer, head, e] += value
+
+    def ov(self, layer: int, head: int, pairs: list[tuple[int, int, float]]) -> None:
+        """Copy map: for each (source residual dim, destination residual dim, gain), the head
+        writes gain * x_src[dim] into the destination dim (one head dimension per pair)."""
+        used = int((np.abs(self.W_V[layer, head]).sum(0) > 0).sum())
+        for e, (src, dst, gain) in enumerate(pairs, start=used):
+            self.W_V[layer, head, src, e] += 1.0
+            self.W_O[layer, head, e, dst] += gain
+
+    # -- build --------------------------------------------------------------------------------
+    def build(self, s: Stream, noise: float, rotate: bool = True) -> HookedTransformer:
+        cfg = self.cfg
+        d, dh = cfg.d_model, cfg.d_head
+        rot = s.orthogonal(d) if rotate else np.eye(d)
+        w_q, w_k, w_v, w_o, b_q, b_k = (a.copy() for a in (self.W_Q, self.W_K, self.W_V, self.W_O, self.b_Q, self.b_K))
+        for lay in range(cfg.n_layers):
+            for h in range(cfg.n_heads):
+                sq, sv = (s.orthogonal(dh), s.orthogonal(dh)) if rotate else (np.eye(dh), np.eye(dh))
+                w_q[lay, h] = rot.T @ w_q[lay, h] @ sq
+                w_k[lay, h] = rot.T @ w_k[lay, h] @ sq
+                b_q[lay, h] = b_q[lay, h] @ sq
+                b_k[lay, h] = b_k[lay, h] @ sq
+                w_v[lay, h] = rot.T @ w_v[lay, h] @ sv
+                w_o[lay, h] = sv.T @ w_o[lay, h] @ rot
+        values = {
+            "embed.W_E": self.W_E @ rot,
+            "pos_embed.W_pos": self.W_pos @ rot,
+            "unembed.W_U": rot.T @ self.W_U,
+            "unembed.b_U": self.b_U,
+        }
+        for lay in range(cfg.n_layers):
+            values[f"blocks.{lay}.attn.W_Q"] = w_q[lay]
+            values[f"blocks.{lay}.attn.W_K"] = w_k[lay]
+            values[f"blocks.{lay}.attn.W_V"] = w_v[lay]
+            values[f"blocks.{lay}.attn.W_O"] = w_o[lay]
+            values[f"blocks.{lay}.attn.b_Q"] = b_q[lay]
+            values[f"blocks.{lay}.attn.b_K"] = b_k[lay]
+        model = HookedTransformer(cfg)
+        with torch.no_grad():
+            for name, param in model.named_parameters():
+                base = values.get(name, np.zeros(tuple(param.shape)))
+                if noise:
+                    base = base + s.normal(*param.shape, scale=noise)
+                param.copy_(torch.from_numpy(quantise(base)))
+        return model.eval()
+
+
+# ---------------------------------------------------------------------------------------
+# behaviour metrics shared by the transformer families
+# ---------------------------------------------------------------------------------------
+def margin(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """logit(target) - max other logit, per row ([..., vocab] logits, [...] targets)."""
+    tgt = logits.gather(-1, target[..., None])[..., 0]
+    other = logits.scatter(-1, target[..., None], float("-inf")).max(dim=-1).values
+    return tgt - other
+
+
+def ablate_heads(model: HookedTransformer, tokens: torch.Tensor, heads: list[tuple[int, int]]) -> torch.Tensor:
+    """Logits with the given heads' outputs zeroed (hook_z), at every position."""
+    by_layer: dict[int, list[int]] = {}
+    for lay, h in heads:
+        by_layer.setdefault(lay, []).append(h)
+
+    def make(hs: list[int]):
+        def hook(z: torch.Tensor, hook) -> torch.Tensor:
+            z[:, :, hs] = 0.0
+            return z
+        return hook
+
+    hooks = [(f"blocks.{lay}.attn.hook_z", make(hs)) for lay, hs in by_layer.items()]
+    with torch.no_grad():
+        return model.run_with_hooks(tokens, fwd_hooks=hooks)
+
+
+# ---------------------------------------------------------------------------------------
+# generic head jobs (used for planted heads and for distractors alike)
+# ---------------------------------------------------------------------------------------
+def attend_offset(p: Planter, layer: int, head: int, offset: int, strength: float) -> None:
+    """Attend from position i to position i - offset (offset 0: to itself)."""
+    n = p.cfg.n_ctx
+    pairs = [(p.lay.idx("pos", i), p.lay.idx("pos", i - offset), strength) for i in range(offset, n)]
+    p.qk(layer, head, pairs)
+
+
+def attend_flag(p: Planter, layer: int, head: int, key_dim: int, strength: float) -> None:
+    """Attend from every position to keys carrying the residual dim ``key_dim`` (content based)."""
+    p.qk(layer, head, [(p.lay.idx("const"), key_dim, strength)])
+
+
+def copy_tokens(p: Planter, layer: int, head: int, tokens: list[int], dst: str, gain: float,
+                dst_offsets: list[int] | None = None) -> None:
+    """OV: write the identity of each listed token into subspace ``dst`` (token t -> dst[t], or
+    dst[offset] for scratch subspaces smaller than the vocabulary)."""
+    pairs = []
+    for i, t in enumerate(tokens):
+        slot = t if dst_offsets is None else dst_offsets[i]
+        pairs.append((p.lay.idx("tok", t), p.lay.idx(dst, slot), gain))
+    p.ov(layer, head, pairs)
+
+
+def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int], flag_names: list[str],
+                   gain: tuple[float, float], strength: tuple[float, float], offsets: tuple[int, ...] = (0, 1, 2)) -> str:
+    """Give a head a real job unrelated to the answer: positional (self / previous / offset) or
+    content (a token-subset flag, or the first position), copying a few tokens into scratch space.
+    Returns the job's name (for tests and documentation, never for the agent)."""
+    kinds = [f"offset{o}" for o in offsets] + ["first"] + [f"flag:{f}" for f in flag_names]
+    kind = s.pick(kinds)
+    st = s.fraction(*strength)
+    if kind.startswith("offset"):
+        attend_offset(p, layer, head, int(kind[6:]), st)
+    elif kind == "first":
+        attend_flag(p, layer, head, p.lay.idx("pos", 0), st)
+    else:
+        attend_flag(p, layer, head, p.lay.idx(kind[5:]), st)
+    k = s.between(6, 10)
+    toks = [vocab[i] for i in s.sample(len(vocab), k)]
+    scr = p.lay.dim("scr")
+    copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), [s.below(scr) for _ in toks])
+    return kind
