@@ -174,21 +174,30 @@ def copy_tokens(p: Planter, layer: int, head: int, tokens: list[int], dst: str, 
     p.ov(layer, head, pairs)
 
 
+def attend_same_token(p: Planter, layer: int, head: int, vocab: list[int], strength: float) -> None:
+    """Duplicate-token job: attend to earlier (and the current) occurrences of the current token."""
+    p.qk(layer, head, [(p.lay.idx("tok", t), p.lay.idx("tok", t), strength) for t in vocab])
+
+
 def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int], flag_names: list[str],
-                   gain: tuple[float, float], strength: tuple[float, float], offsets: tuple[int, ...] = (0, 1, 2)) -> str:
-    """Give a head a real job unrelated to the answer: positional (self / previous / offset) or
-    content (a token-subset flag, or the first position), copying a few tokens into scratch space.
-    Returns the job's name (for tests and documentation, never for the agent)."""
+                   gain: tuple[float, float], strength: tuple[float, float], offsets: tuple[int, ...] = (0, 1, 2),
+                   n_tokens: tuple[int, int] = (6, 10), duplicate: bool = False) -> str:
+    """Give a head a real job unrelated to the answer: positional (self / previous / offset),
+    content (a token-subset flag, the first position, or duplicates of the current token), copying
+    ``n_tokens`` tokens into scratch space. Returns the job's name (for tests, never for the agent)."""
     kinds = [f"offset{o}" for o in offsets] + ["first"] + [f"flag:{f}" for f in flag_names]
+    kinds += ["duplicate"] if duplicate else []
     kind = s.pick(kinds)
     st = s.fraction(*strength)
     if kind.startswith("offset"):
         attend_offset(p, layer, head, int(kind[6:]), st)
     elif kind == "first":
         attend_flag(p, layer, head, p.lay.idx("pos", 0), st)
+    elif kind == "duplicate":
+        attend_same_token(p, layer, head, vocab, st)
     else:
         attend_flag(p, layer, head, p.lay.idx(kind[5:]), st)
-    k = s.between(6, 10)
+    k = s.between(*n_tokens)
     toks = [vocab[i] for i in s.sample(len(vocab), k)]
     scr = p.lay.dim("scr")
     copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), [s.below(scr) for _ in toks])

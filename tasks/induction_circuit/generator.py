@@ -1,0 +1,114 @@
+"""Generator for induction-circuit: a previous-token head (layer 0) K-composes with an induction
+head (layer 1) on repeated random sequences ``[... A B ... A] -> B``.
+
+The previous-token head copies each token's identity into a "previous token" subspace of the next
+position; the induction head's keys read that subspace and its queries read the current token, so it
+attends to the position after the earlier occurrence and copies that token to the output.
+Distractors in both layers have confusable jobs: another previous-token head and a duplicate-token
+head in either layer, fixed-offset, self and attend-to-first heads, all writing to scratch space
+with the same full-vocabulary copy maps as the planted heads.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..base import Instance
+from ..circuits import Layout, Planter, ablate_heads, attend_offset, copy_tokens, distractor_job, margin
+from ..hooked import HookedConfig, utils
+from ..rng import Stream
+from ..schemas import head_schema
+from . import prompt
+
+TASK_ID = "induction-circuit"
+VERSION = "1"
+ROLES = ("previous-token", "induction")
+N_LAYERS, HALF, N_PROBE = 2, 8, 64
+N_CTX = 2 * HALF
+LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 8, 0.01), "hard": (32, 10, 0.02)}  # vocab, heads/layer, noise
+N_FLAGS = 3
+
+
+def answer_schema(level: str) -> dict:
+    return head_schema(N_LAYERS, LEVELS[level][1], 2,
+                       "the circuit's heads, optionally with role labels", roles=ROLES)
+
+
+def _layout(vocab: int) -> Layout:
+    lay = Layout()
+    for name, dim in (("tok", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1)):
+        lay.add(name, dim)
+    for f in range(N_FLAGS):
+        lay.add(f"flag{f}", 1)
+    return lay
+
+
+def _probe(s: Stream, vocab: int) -> torch.Tensor:
+    rows = []
+    for _ in range(N_PROBE):
+        first = s.sample(vocab, HALF)
+        rows.append(first + first)
+    return torch.tensor(rows)
+
+
+def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = None) -> float:
+    """Mean margin of the next-token prediction over the repeated half (positions HALF..N_CTX-2)."""
+    if logits is None:
+        with torch.no_grad():
+            logits = model(tokens)
+    return margin(logits[:, HALF:-1], tokens[:, HALF + 1:]).mean().item()
+
+
+def generate(seed: int, level: str) -> Instance:
+    s = Stream(seed, f"{TASK_ID}/{level}")
+    vocab, n_heads, noise = LEVELS[level]
+    lay = _layout(vocab)
+    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=vocab,
+                       d_vocab=vocab, n_ctx=N_CTX)
+    toks = list(range(vocab))
+    flags = [f"flag{f}" for f in range(N_FLAGS)]
+    while True:
+        prev_head, ind_head = s.below(n_heads), s.below(n_heads)
+        p = Planter(cfg, lay)
+        for t in toks:
+            p.W_E[t, lay.idx("tok", t)] = 1.0
+            p.W_E[t, lay.idx("const")] = 1.0
+            p.W_U[lay.idx("out", t), t] = 2.0
+            for f in flags:
+                if s.below(4) == 0:
+                    p.W_E[t, lay.idx(f)] = 1.0
+        for i in range(N_CTX):
+            p.W_pos[i, lay.idx("pos", i)] = 1.0
+        attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
+        copy_tokens(p, 0, prev_head, toks, "prev", s.fraction(0.9, 1.1))
+        p.qk(1, ind_head, [(lay.idx("tok", t), lay.idx("prev", t), s.fraction(6.0, 7.0)) for t in toks])
+        copy_tokens(p, 1, ind_head, toks, "out", s.fraction(2.5, 3.5))
+        for layer in range(N_LAYERS):
+            for head in range(n_heads):
+                if (layer, head) in ((0, prev_head), (1, ind_head)):
+                    continue
+                distractor_job(p, s, layer, head, toks, flags, (0.9, 3.5), (4.0, 7.0), offsets=(0, 1, 2, 3),
+                               n_tokens=(vocab - 4, vocab), duplicate=True)
+        model = p.build(s, noise)
+        tokens = _probe(s, vocab)
+        clean = induction_margin(model, tokens)
+        drops = {}
+        for layer in range(N_LAYERS):
+            for head in range(n_heads):
+                logits = ablate_heads(model, tokens, [(layer, head)])
+                drops[(layer, head)] = clean - induction_margin(model, tokens, logits)
+        low = min(drops[(0, prev_head)], drops[(1, ind_head)])
+        rest = max(abs(v) for k, v in drops.items() if k not in ((0, prev_head), (1, ind_head)))
+        if clean >= 2.0 and low >= 0.5 * clean and rest <= 0.2 * low:
+            break
+    roles = {f"L0H{prev_head}": "previous-token", f"L1H{ind_head}": "induction"}
+    return Instance(
+        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        probe={"tokens": tokens, "utils": utils},
+        config={"kind": "hooked-transformer", **cfg.to_dict()},
+        prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=vocab, n_ctx=N_CTX,
+                                  n_probe=N_PROBE, half=HALF, last=N_CTX - 2),
+        answer_schema=answer_schema(level),
+        truth={"kind": "heads+roles", "n_layers": N_LAYERS, "n_heads": n_heads,
+               "heads": [[0, prev_head], [1, ind_head]], "roles": roles},
+    )
