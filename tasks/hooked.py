@@ -59,7 +59,7 @@ class HookPoint(nn.Module):
             raise ValueError(f"hook {self.name} is not inside a block")
         return int(parts[1])
 
-    def add_hook(self, fn: HookFn, dir: str = "fwd") -> None:  # noqa: A002 - TransformerLens name
+    def add_hook(self, fn: HookFn, dir: str = "fwd") -> None:
         if dir == "fwd":
             def fwd(module: nn.Module, inputs: Any, output: torch.Tensor) -> Any:
                 return fn(output, hook=self)
@@ -237,7 +237,7 @@ class HookedTransformer(nn.Module):
         raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
 
     # -- hooks ----------------------------------------------------------------------------
-    def add_hook(self, name: str | Callable[[str], bool], hook: HookFn, dir: str = "fwd") -> None:  # noqa: A002
+    def add_hook(self, name: str | Callable[[str], bool], hook: HookFn, dir: str = "fwd") -> None:
         if isinstance(name, str):
             if name not in self.hook_dict:
                 raise KeyError(f"no hook point named {name!r} (see model.hook_dict)")

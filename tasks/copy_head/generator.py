@@ -9,7 +9,6 @@ tokens into scratch space, and a few of them nudging the output logits.
 
 from __future__ import annotations
 
-
 import torch
 
 from ..base import Instance

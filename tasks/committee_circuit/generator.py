@@ -1,0 +1,235 @@
+"""Generator for committee-circuit: primaries and their backups jointly copy the marked token.
+
+Four attention-only layers. Each committee pair is a primary head P and a backup head B in a later
+layer. Both attend to the marked token (content key) and copy it to the output. P also writes a
+"handled" direction; B's query reads it and, when it is present, moves B's attention onto a sink key
+(the first position), so B contributes little while P works and takes over when P is ablated: B
+reads P's output (composition across layers). A default token carries a logit bias, so the margin
+logit(marked) - max other is the committee's total minus that default: effects are graded, not
+saturated. OV gains are calibrated on a noise-free build so the pair shares, backup shares and
+takeover ratios hit drawn targets; the final (rotated, noisy, quantised) model must then satisfy every
+property of SPEC-tasks.md §5 (checked here, resampled otherwise).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..base import Instance
+from ..circuits import Layout, Planter, ablate_heads, attend_flag, copy_tokens, distractor_job, margin
+from ..hooked import HookedConfig, HookedTransformer, utils
+from ..rng import Stream
+from ..schemas import head_schema
+from . import prompt
+
+TASK_ID = "committee-circuit"
+VERSION = "1"
+ROLES = ("primary", "backup")
+N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 32
+LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.005), "hard": (10, 3, 0.008)}  # heads/layer, pairs, noise
+SHARES = {2: ((0.80, 0.92), (0.55, 0.66)), 3: ((0.85, 0.95), (0.62, 0.72), (0.52, 0.58))}
+N_FLAGS, BOS = 3, 0
+
+
+def answer_schema(level: str) -> dict:
+    heads, pairs, _ = LEVELS[level]
+    return head_schema(N_LAYERS, heads, 2 * pairs, "the committee's heads, optionally with role labels", roles=ROLES)
+
+
+def _layout(pairs: int) -> Layout:
+    lay = Layout()
+    for name, dim in (("tok", VOCAB), ("out", VOCAB), ("scr", VOCAB), ("pos", N_CTX), ("const", 1), ("mark", 1),
+                      ("sink", 1), ("handled", pairs)):
+        lay.add(name, dim)
+    for f in range(N_FLAGS):
+        lay.add(f"flag{f}", 1)
+    return lay
+
+
+def _probe(s: Stream, marked: list[int], plain: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    rows, targets = [], []
+    for _ in range(N_PROBE):
+        row = [BOS] + [plain[s.below(len(plain))] for _ in range(N_CTX - 1)]
+        m = marked[s.below(len(marked))]
+        row[1 + s.below(N_CTX - 2)] = m
+        rows.append(row)
+        targets.append(m)
+    return torch.tensor(rows), torch.tensor(targets)
+
+
+def mean_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    return margin(logits[:, -1], targets).mean().item()
+
+
+def _attention(model: HookedTransformer, tokens: torch.Tensor, ablate: list, layer: int, head: int,
+               key: torch.Tensor) -> float:
+    """Mean attention of (layer, head) at the last position onto the key positions in ``key``."""
+    store = {}
+
+    def grab(pattern, hook):
+        store["p"] = pattern[:, head, -1].detach()
+
+    by_layer: dict[int, list[int]] = {}
+    for lay, h in ablate:
+        by_layer.setdefault(lay, []).append(h)
+
+    def zero(hs):
+        def fn(z, hook):
+            z[:, :, hs] = 0.0
+            return z
+        return fn
+
+    hooks = [(f"blocks.{lay}.attn.hook_z", zero(hs)) for lay, hs in by_layer.items()]
+    hooks.append((f"blocks.{layer}.attn.hook_pattern", grab))
+    with torch.no_grad():
+        model.run_with_hooks(tokens, fwd_hooks=hooks)
+    return float((store["p"] * key).sum(dim=1).mean())
+
+
+def committee_effects(model: HookedTransformer, tokens: torch.Tensor, targets: torch.Tensor,
+                      pairs: list[tuple[tuple[int, int], tuple[int, int]]]) -> dict:
+    """Margin drops (as fractions of the clean margin) for the ablations the spec talks about."""
+    clean = mean_margin(model(tokens), targets)
+
+    def drop(heads: list) -> float:
+        return (clean - mean_margin(ablate_heads(model, tokens, heads), targets)) / clean
+
+    members = [h for pair in pairs for h in pair]
+    return {
+        "clean": clean,
+        "pair": [drop([pp, bb]) for pp, bb in pairs],
+        "primary": [drop([pp]) for pp, _ in pairs],
+        "backup": [drop([bb]) for _, bb in pairs],
+        "whole": drop(members),
+        "drop": drop,
+    }
+
+
+def _plant(s: Stream, cfg: HookedConfig, lay: Layout, pairs, marked, plain, gains, default, delta) -> Planter:
+    p = Planter(cfg, lay)
+    for t in range(VOCAB):
+        p.W_E[t, lay.idx("tok", t)] = 1.0
+        p.W_E[t, lay.idx("const")] = 1.0
+        p.W_U[lay.idx("out", t), t] = 1.0
+    p.W_E[BOS, lay.idx("sink")] = 1.0
+    for t in marked:
+        p.W_E[t, lay.idx("mark")] = 1.0
+    for f, members in enumerate(plain["flags"]):
+        for t in members:
+            p.W_E[t, lay.idx(f"flag{f}")] = 1.0
+    for i in range(N_CTX):
+        p.W_pos[i, lay.idx("pos", i)] = 1.0
+    p.b_U[default] = delta
+    for k, ((pl, ph), (bl, bh)) in enumerate(pairs):
+        g_p, g_b, s_p, s_b, w = gains[k]
+        attend_flag(p, pl, ph, lay.idx("mark"), s_p)
+        copy_tokens(p, pl, ph, marked, "out", g_p)
+        p.ov(pl, ph, [(lay.idx("mark"), lay.idx("handled", k), 1.0)])
+        attend_flag(p, bl, bh, lay.idx("mark"), s_b)
+        p.qk(bl, bh, [(lay.idx("handled", k), lay.idx("sink"), w)])
+        copy_tokens(p, bl, bh, marked, "out", g_b)
+    return p
+
+
+def generate(seed: int, level: str) -> Instance:
+    s = Stream(seed, f"{TASK_ID}/{level}")
+    n_heads, n_pairs, noise = LEVELS[level]
+    lay = _layout(n_pairs)
+    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB,
+                       d_vocab=VOCAB, n_ctx=N_CTX)
+    while True:
+        order = [t for t in s.permutation(VOCAB) if t != BOS]
+        marked = sorted(order[: s.between(6, 10)])
+        plain_toks = sorted(order[len(marked):])
+        default = plain_toks[s.below(len(plain_toks))]
+        flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
+        plain = {"flags": flags}
+        taken: set[tuple[int, int]] = set()
+        pairs = []
+        for _ in range(n_pairs):
+            while True:
+                pl = s.below(N_LAYERS - 1)
+                bl = pl + 1 + s.below(N_LAYERS - 1 - pl)
+                pp, bb = (pl, s.below(n_heads)), (bl, s.below(n_heads))
+                if pp not in taken and bb not in taken:
+                    break
+            taken |= {pp, bb}
+            pairs.append((pp, bb))
+        shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
+        backup_share = [s.fraction(0.12, 0.17) for _ in range(n_pairs)]
+        # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
+        primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup_share[k] - 0.18) for k in range(n_pairs)]
+        # a_off / a_on of each backup, so that ablating the primary alone costs `primary_drop`
+        takeover = [(shares[k] - primary_drop[k]) / backup_share[k] for k in range(n_pairs)]
+        s_p = [s.fraction(5.0, 6.0) for _ in range(n_pairs)]
+        s_b = [s.fraction(4.5, 5.5) for _ in range(n_pairs)]
+        tokens, targets = _probe(s, marked, plain_toks)
+        mark_key = torch.isin(tokens, torch.tensor(marked)).float()
+        scale = 4.0  # clean margin, in logits
+        delta = (sum(shares) - 1.0) * scale
+        # Calibrate on a noise-free, unrotated build: attention of P on the marked token, and of B
+        # with and without P; then solve the OV gains for the drawn shares.
+        gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0) for k in range(n_pairs)]
+        calib = _plant(s, cfg, lay, pairs, marked, plain, gains, default, 0.0).build(s, 0.0, rotate=False)
+        for k, (pp, bb) in enumerate(pairs):
+            a_p = _attention(calib, tokens, [], *pp, mark_key)
+            # sink weight w so that the handled signal (about a_p) cuts B's attention by `takeover`
+            e_b = float(torch.exp(torch.tensor(s_b[k])))
+            sink = (e_b + N_CTX - 1) * takeover[k] - e_b - (N_CTX - 2)
+            w = float(torch.log(torch.tensor(sink))) / a_p
+            gains[k] = (1.0, 1.0, s_p[k], s_b[k], w)
+        calib = _plant(s, cfg, lay, pairs, marked, plain, gains, default, 0.0).build(s, 0.0, rotate=False)
+        for k, (pp, bb) in enumerate(pairs):
+            a_p = _attention(calib, tokens, [], *pp, mark_key)
+            a_on = _attention(calib, tokens, [], *bb, mark_key)
+            g_b = backup_share[k] * scale / a_on
+            g_p = (shares[k] - backup_share[k]) * scale / a_p
+            gains[k] = (g_p, g_b, s_p[k], s_b[k], gains[k][4])
+        p = _plant(s, cfg, lay, pairs, marked, plain, gains, default, delta)
+        members = {h for pair in pairs for h in pair}
+        for layer in range(N_LAYERS):
+            for head in range(n_heads):
+                if (layer, head) not in members:
+                    distractor_job(p, s, layer, head, list(range(VOCAB)), ["mark", *[f"flag{f}" for f in range(N_FLAGS)]],
+                                   (0.5, 1.5), (4.0, 6.0), offsets=(0, 1, 2), n_tokens=(6, 10), duplicate=True)
+        model = p.build(s, noise)
+        if _satisfies_spec(model, tokens, targets, pairs, n_heads):
+            break
+    roles = {}
+    for pp, bb in pairs:
+        roles[f"L{pp[0]}H{pp[1]}"] = "primary"
+        roles[f"L{bb[0]}H{bb[1]}"] = "backup"
+    heads = sorted([list(h) for pair in pairs for h in pair])
+    return Instance(
+        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        probe={"tokens": tokens, "targets": targets, "marked": marked, "utils": utils},
+        config={"kind": "hooked-transformer", **cfg.to_dict()},
+        prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=VOCAB, n_ctx=N_CTX, n_probe=N_PROBE),
+        answer_schema=answer_schema(level),
+        truth={"kind": "heads+roles", "n_layers": N_LAYERS, "n_heads": n_heads, "heads": heads, "roles": roles,
+               "pairs": [[list(pp), list(bb)] for pp, bb in pairs]},
+    )
+
+
+def _satisfies_spec(model, tokens, targets, pairs, n_heads) -> bool:
+    """SPEC-tasks.md §5 committee properties, on this instance's own probe set."""
+    eff = committee_effects(model, tokens, targets, pairs)
+    if eff["clean"] < 2.0:
+        return False
+    if min(eff["pair"]) < 0.5 or eff["whole"] < 0.9:
+        return False
+    if not all(0.1 <= d <= 0.4 for d in eff["primary"] + eff["backup"]):
+        return False
+    if abs(sum(eff["pair"]) - eff["whole"]) > 0.2 * eff["whole"]:
+        return False
+    if max(eff["pair"]) - min(eff["pair"]) < 0.1:
+        return False
+    takeover = [pr - pa - ba for pr, pa, ba in zip(eff["pair"], eff["primary"], eff["backup"], strict=True)]
+    if min(takeover) < 0.12:
+        return False
+    members = {h for pair in pairs for h in pair}
+    for layer in range(N_LAYERS):
+        for head in range(n_heads):
+            if (layer, head) not in members and abs(eff["drop"]([(layer, head)])) > 0.04:
+                return False
+    return True
