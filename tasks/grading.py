@@ -101,7 +101,7 @@ def parse_indices(answer: Any, n: int, what: str = "index", keys: tuple[str, ...
     for item in items:
         i = as_int(item, what)
         if not 0 <= i < n:
-            raise Rejection(f"{what} {i} is out of range: valid values are 0..{n - 1}")
+            raise Rejection(f"{what} {_short(i)} is out of range: valid values are 0..{n - 1}")
         out.add(i)
     return out
 
@@ -116,7 +116,9 @@ def parse_frequencies(answer: Any, p: int) -> set[int]:
     for item in items:
         k = as_int(item, "frequency")
         if not 1 <= k <= p - 1:
-            raise Rejection(f"frequency {k} is out of range: valid values are 1..{(p - 1) // 2} (k and {p}-k are the same)")
+            raise Rejection(
+                f"frequency {_short(k)} is out of range: valid values are 1..{(p - 1) // 2} (k and {p}-k are the same)"
+            )
         out.add(min(k, p - k))
     return out
 
@@ -165,7 +167,10 @@ def parse_heads(value: Any, n_layers: int, n_heads: int) -> set[tuple[int, int]]
     for item in items:
         layer, head = parse_head(item)
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
-            raise Rejection(f"head [{layer}, {head}] is out of range: layers 0..{n_layers - 1}, heads 0..{n_heads - 1}")
+            raise Rejection(
+                f"head [{_short(layer)}, {_short(head)}] is out of range: "
+                f"layers 0..{n_layers - 1}, heads 0..{n_heads - 1}"
+            )
         out.add((layer, head))
     return out
 

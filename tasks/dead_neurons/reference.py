@@ -4,7 +4,7 @@ SNIPPETS = (
     # Look at the architecture and the weight scales first.
     """
 for name, p in model.named_parameters():
-    print(name, tuple(p.shape), float(p.abs().mean()))
+    print(name, tuple(p.shape), float(p.detach().abs().mean()))
 """,
     # Inputs: a column whose norm is negligible next to the typical column is dead.
     # Hidden units: the exact upper bound of the pre-activation over the box, checked by sampling.
