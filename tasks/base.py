@@ -40,8 +40,12 @@ class Instance:
     truth: dict[str, Any]
 
     def public_namespace(self) -> dict[str, Any]:
-        """What a snippet sees besides the library facades: the model and the probe data."""
-        return {"model": self.model, **self.probe}
+        """What a snippet sees besides the library facades: the model, the probe data and, for the
+        hooked transformers, TransformerLens' ``utils`` subset."""
+        from .hooked import HookedTransformer, utils
+
+        extra = {"utils": utils} if isinstance(self.model, HookedTransformer) else {}
+        return {"model": self.model, **self.probe, **extra}
 
 
 @dataclass(frozen=True)

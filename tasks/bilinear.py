@@ -20,7 +20,7 @@ from torch import nn
 from .rng import Stream, quantise
 
 LO, HI = -1.0, 1.0
-SIZES = {"easy": (8, 32, 4, 0.0), "medium": (10, 40, 5, 0.02), "hard": (12, 48, 6, 0.03)}  # n_in, d, n_out, noise
+SIZES = {"easy": (8, 32, 4, 0.0), "medium": (10, 40, 5, 0.01), "hard": (12, 48, 6, 0.015)}  # n_in, d, n_out, noise
 N_PROBE = 512
 
 
@@ -115,7 +115,8 @@ def build(
     feature: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[GatedMLP, int, torch.Tensor]:
     """Plant (truth, distractors), fill, shuffle and add noise until the truth unit explains the
-    target feature with R^2 >= 0.99 and no other unit exceeds 0.92 (deterministic rejection).
+    target feature with R^2 >= 0.95 and no other unit exceeds 0.9 (deterministic rejection). The noise
+    is small enough that the truth passes at any of its scales, so acceptance does not bias them.
 
     Returns the model, the truth unit's index and the probe inputs.
     """
@@ -138,7 +139,7 @@ def build(
         h = (check @ wl.T + bl) * (check @ wr.T + br)
         r2 = fit_r2(h, feature(check))
         j = order[0]
-        if r2[j] >= 0.99 and np.delete(r2, j).max() <= 0.92:
+        if r2[j] >= 0.95 and np.delete(r2, j).max() <= 0.9:
             break
     model = GatedMLP(n_in, d, n_out)
     w_out = s.normal(n_out, d, scale=1.0 / np.sqrt(d))

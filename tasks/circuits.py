@@ -5,7 +5,8 @@ previous position, compose across layers). Writing them in a readable, unrotated
 subspaces of the residual stream such as ``tok``, ``out``, ``pos`` -- keeps each construction short
 and checkable. :meth:`Planter.build` then hides that basis: a random orthogonal rotation of the
 residual stream, a random rotation inside every head (which leaves QK and OV unchanged), optional
-dense noise on every weight, and quantisation to the 2**-16 grid.
+a random rescaling of Q against K and V against O, optional dense noise on every weight, and
+quantisation to the 2**-16 grid.
 """
 
 from __future__ import annotations
@@ -92,12 +93,15 @@ class Planter:
         for lay in range(cfg.n_layers):
             for h in range(cfg.n_heads):
                 sq, sv = (s.orthogonal(dh), s.orthogonal(dh)) if rotate else (np.eye(dh), np.eye(dh))
-                w_q[lay, h] = rot.T @ w_q[lay, h] @ sq
-                w_k[lay, h] = rot.T @ w_k[lay, h] @ sq
-                b_q[lay, h] = b_q[lay, h] @ sq
-                b_k[lay, h] = b_k[lay, h] @ sq
-                w_v[lay, h] = rot.T @ w_v[lay, h] @ sv
-                w_o[lay, h] = sv.T @ w_o[lay, h] @ rot
+                # rescale Q against K and V against O (QK and OV unchanged), so the norm of a single
+                # matrix says nothing about the head's job
+                cq, cv = (np.exp(s.fraction(-0.7, 0.7)), np.exp(s.fraction(-0.7, 0.7))) if rotate else (1.0, 1.0)
+                w_q[lay, h] = rot.T @ w_q[lay, h] @ sq * cq
+                w_k[lay, h] = rot.T @ w_k[lay, h] @ sq / cq
+                b_q[lay, h] = b_q[lay, h] @ sq * cq
+                b_k[lay, h] = b_k[lay, h] @ sq / cq
+                w_v[lay, h] = rot.T @ w_v[lay, h] @ sv * cv
+                w_o[lay, h] = sv.T @ w_o[lay, h] @ rot / cv
         values = {
             "embed.W_E": self.W_E @ rot,
             "pos_embed.W_pos": self.W_pos @ rot,
@@ -183,10 +187,11 @@ def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int
                    gain: tuple[float, float], strength: tuple[float, float], offsets: tuple[int, ...] = (0, 1, 2),
                    n_tokens: tuple[int, int] = (6, 10), duplicate: bool = False) -> str:
     """Give a head a real job unrelated to the answer: positional (self / previous / offset),
-    content (a token-subset flag, the first position, or duplicates of the current token), copying
+    content (a token-subset flag, the first position, duplicates of the current token or tokens paired
+    with it by a fixed permutation), copying
     ``n_tokens`` tokens into scratch space. Returns the job's name (for tests, never for the agent)."""
     kinds = [f"offset{o}" for o in offsets] + ["first"] + [f"flag:{f}" for f in flag_names]
-    kinds += ["duplicate"] if duplicate else []
+    kinds += ["duplicate", "pairing"] if duplicate else []
     kind = s.pick(kinds)
     st = s.fraction(*strength)
     if kind.startswith("offset"):
@@ -195,10 +200,12 @@ def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int
         attend_flag(p, layer, head, p.lay.idx("pos", 0), st)
     elif kind == "duplicate":
         attend_same_token(p, layer, head, vocab, st)
+    elif kind == "pairing":  # attend to tokens paired with the current one by a fixed permutation
+        perm = s.permutation(len(vocab))
+        p.qk(layer, head, [(p.lay.idx("tok", t), p.lay.idx("tok", vocab[perm[i]]), st) for i, t in enumerate(vocab)])
     else:
         attend_flag(p, layer, head, p.lay.idx(kind[5:]), st)
     k = s.between(*n_tokens)
     toks = [vocab[i] for i in s.sample(len(vocab), k)]
-    scr = p.lay.dim("scr")
-    copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), [s.below(scr) for _ in toks])
+    copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), s.sample(p.lay.dim("scr"), k))
     return kind

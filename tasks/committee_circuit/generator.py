@@ -17,7 +17,7 @@ import torch
 
 from ..base import Instance
 from ..circuits import Layout, Planter, ablate_heads, attend_flag, copy_tokens, distractor_job, margin
-from ..hooked import HookedConfig, HookedTransformer, utils
+from ..hooked import HookedConfig, HookedTransformer
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
@@ -191,7 +191,7 @@ def generate(seed: int, level: str) -> Instance:
             for head in range(n_heads):
                 if (layer, head) not in members:
                     distractor_job(p, s, layer, head, list(range(VOCAB)), ["mark", *[f"flag{f}" for f in range(N_FLAGS)]],
-                                   (0.5, 1.5), (4.0, 6.0), offsets=(0, 1, 2), n_tokens=(6, 10), duplicate=True)
+                                   (1.5, 4.0), (4.0, 6.0), offsets=(0, 1, 2), n_tokens=(6, 11), duplicate=True)
         model = p.build(s, noise)
         if _satisfies_spec(model, tokens, targets, pairs, n_heads):
             break
@@ -202,7 +202,7 @@ def generate(seed: int, level: str) -> Instance:
     heads = sorted([list(h) for pair in pairs for h in pair])
     return Instance(
         task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
-        probe={"tokens": tokens, "targets": targets, "marked": marked, "utils": utils},
+        probe={"tokens": tokens, "targets": targets, "marked": marked},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=VOCAB, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),

@@ -13,7 +13,7 @@ import torch
 
 from ..base import Instance
 from ..circuits import Layout, Planter, ablate_heads, attend_flag, copy_tokens, distractor_job, margin
-from ..hooked import HookedConfig, utils
+from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
@@ -100,7 +100,7 @@ def generate(seed: int, level: str) -> Instance:
             break
     return Instance(
         task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
-        probe={"tokens": tokens, "targets": targets, "marked": marked, "utils": utils},
+        probe={"tokens": tokens, "targets": targets, "marked": marked},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=N_HEADS, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),

@@ -25,7 +25,7 @@ K_MAX = 6
 SIZES = {  # n_in, n_hidden, n_out, n_distractors (range)
     "easy": (32, 48, 4, (0, 0)),
     "medium": (40, 48, 4, (2, 6)),
-    "hard": (16, 48, 4, (3, 6)),
+    "hard": (16, 48, 4, (4, 8)),
 }
 LO, HI = -1.0, 1.0
 N_PROBE = 256
@@ -79,13 +79,22 @@ def _dead_hidden(s: Stream) -> tuple[np.ndarray, np.ndarray, list[int]]:
         k = s.between(2, K_MAX)
         order = s.permutation(n_hidden)
         dead, rare = order[:k], order[k:k + s.between(d_lo, d_hi)]
-        scales = np.array([s.fraction(0.3, 1.5) for _ in range(n_hidden)])
+        # log-uniform unit scales over ~13x, the same for every kind of unit, so neither the norm nor
+        # the bias alone tells a dead unit from a rarely firing one
+        scales = np.exp(np.array([s.fraction(np.log(0.15), np.log(2.0)) for _ in range(n_hidden)]))
+        for j in rare:  # rarely firing units lean large, so the most negative biases are not all dead
+            scales[j] = np.exp(s.fraction(np.log(0.8), np.log(2.5)))
+        for j in dead:
+            scales[j] = np.exp(s.fraction(np.log(0.15), np.log(1.0)))
         w1 = quantise(s.normal(n_hidden, n_in) * 0.5 * scales[:, None]).astype(np.float64)
         reach = np.maximum(w1 * LO, w1 * HI).sum(axis=1)
         b1 = s.normal(n_hidden, scale=0.2) * reach
+        sd = np.sqrt((w1**2).sum(axis=1) / 3.0)
+        for j in order[k:]:  # a third of the live units are quiet (fire on roughly 3-15% of the box)
+            if s.below(3) == 0:
+                b1[j] = -s.fraction(1.0, 1.9) * sd[j]
         for j in dead:
             b1[j] = -reach[j] * (1.0 + s.fraction(0.05, 0.3))
-        sd = np.sqrt((w1**2).sum(axis=1) / 3.0)
         for j in rare:
             b1[j] = -s.fraction(2.0, 2.4) * sd[j]
         b1 = quantise(b1).astype(np.float64)

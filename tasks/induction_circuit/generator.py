@@ -15,7 +15,7 @@ import torch
 
 from ..base import Instance
 from ..circuits import Layout, Planter, ablate_heads, attend_offset, copy_tokens, distractor_job, margin
-from ..hooked import HookedConfig, utils
+from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
@@ -80,15 +80,17 @@ def generate(seed: int, level: str) -> Instance:
         for i in range(N_CTX):
             p.W_pos[i, lay.idx("pos", i)] = 1.0
         attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
-        copy_tokens(p, 0, prev_head, toks, "prev", s.fraction(0.9, 1.1))
-        p.qk(1, ind_head, [(lay.idx("tok", t), lay.idx("prev", t), s.fraction(6.0, 7.0)) for t in toks])
+        prev_gain = s.fraction(1.0, 3.0)  # the induction head's keys divide it out again
+        copy_tokens(p, 0, prev_head, toks, "prev", prev_gain)
+        strength = s.fraction(6.0, 7.0) / prev_gain
+        p.qk(1, ind_head, [(lay.idx("tok", t), lay.idx("prev", t), strength) for t in toks])
         copy_tokens(p, 1, ind_head, toks, "out", s.fraction(2.5, 3.5))
         for layer in range(N_LAYERS):
             for head in range(n_heads):
                 if (layer, head) in ((0, prev_head), (1, ind_head)):
                     continue
-                distractor_job(p, s, layer, head, toks, flags, (0.9, 3.5), (4.0, 7.0), offsets=(0, 1, 2, 3),
-                               n_tokens=(vocab - 4, vocab), duplicate=True)
+                distractor_job(p, s, layer, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
+                               n_tokens=(vocab, vocab), duplicate=True)
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         clean = induction_margin(model, tokens)
@@ -104,7 +106,7 @@ def generate(seed: int, level: str) -> Instance:
     roles = {f"L0H{prev_head}": "previous-token", f"L1H{ind_head}": "induction"}
     return Instance(
         task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
-        probe={"tokens": tokens, "utils": utils},
+        probe={"tokens": tokens},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=vocab, n_ctx=N_CTX,
                                   n_probe=N_PROBE, half=HALF, last=N_CTX - 2),
