@@ -209,3 +209,19 @@ def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int
     toks = [vocab[i] for i in s.sample(len(vocab), k)]
     copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), s.sample(p.lay.dim("scr"), k))
     return kind
+
+
+def permute_heads(model: HookedTransformer, s: Stream) -> list[list[int]]:
+    """Shuffle the heads of every layer (a relabelling: behaviour is unchanged) and return, per
+    layer, the new index of each old head. Generators call this *after* their acceptance checks, so
+    where the planted heads end up is uniform and independent of rejection sampling."""
+    new_of: list[list[int]] = []
+    with torch.no_grad():
+        for block in model.blocks:
+            src = s.permutation(model.cfg.n_heads)  # new head i is old head src[i]
+            index = torch.tensor(src)
+            for name in ("W_Q", "W_K", "W_V", "W_O", "b_Q", "b_K", "b_V"):
+                param = getattr(block.attn, name)
+                param.copy_(param[index].clone())
+            new_of.append([src.index(h) for h in range(model.cfg.n_heads)])
+    return new_of

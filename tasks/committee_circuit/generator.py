@@ -16,7 +16,16 @@ from __future__ import annotations
 import torch
 
 from ..base import Instance
-from ..circuits import Layout, Planter, ablate_heads, attend_flag, copy_tokens, distractor_job, margin
+from ..circuits import (
+    Layout,
+    Planter,
+    ablate_heads,
+    attend_flag,
+    copy_tokens,
+    distractor_job,
+    margin,
+    permute_heads,
+)
 from ..hooked import HookedConfig, HookedTransformer
 from ..rng import Stream
 from ..schemas import head_schema
@@ -137,6 +146,16 @@ def generate(seed: int, level: str) -> Instance:
     lay = _layout(n_pairs)
     cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB,
                        d_vocab=VOCAB, n_ctx=N_CTX)
+    # Layers are drawn once (rejection never re-draws them, so their distribution is exactly the
+    # drawn one); head indices are made uniform by permute_heads after acceptance.
+    pairs = []
+    used = [0] * N_LAYERS
+    for _ in range(n_pairs):
+        pl = s.below(N_LAYERS - 1)
+        bl = pl + 1 + s.below(N_LAYERS - 1 - pl)
+        pairs.append(((pl, used[pl]), (bl, used[bl])))
+        used[pl] += 1
+        used[bl] += 1
     while True:
         order = [t for t in s.permutation(VOCAB) if t != BOS]
         marked = sorted(order[: s.between(6, 10)])
@@ -144,17 +163,6 @@ def generate(seed: int, level: str) -> Instance:
         default = plain_toks[s.below(len(plain_toks))]
         flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
         plain = {"flags": flags}
-        taken: set[tuple[int, int]] = set()
-        pairs = []
-        for _ in range(n_pairs):
-            while True:
-                pl = s.below(N_LAYERS - 1)
-                bl = pl + 1 + s.below(N_LAYERS - 1 - pl)
-                pp, bb = (pl, s.below(n_heads)), (bl, s.below(n_heads))
-                if pp not in taken and bb not in taken:
-                    break
-            taken |= {pp, bb}
-            pairs.append((pp, bb))
         shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
         backup_share = [s.fraction(0.12, 0.17) for _ in range(n_pairs)]
         # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
@@ -195,6 +203,8 @@ def generate(seed: int, level: str) -> Instance:
         model = p.build(s, noise)
         if _satisfies_spec(model, tokens, targets, pairs, n_heads):
             break
+    new_of = permute_heads(model, s)
+    pairs = [((pl, new_of[pl][ph]), (bl, new_of[bl][bh])) for (pl, ph), (bl, bh) in pairs]
     roles = {}
     for pp, bb in pairs:
         roles[f"L{pp[0]}H{pp[1]}"] = "primary"

@@ -12,7 +12,16 @@ from __future__ import annotations
 import torch
 
 from ..base import Instance
-from ..circuits import Layout, Planter, ablate_heads, attend_flag, copy_tokens, distractor_job, margin
+from ..circuits import (
+    Layout,
+    Planter,
+    ablate_heads,
+    attend_flag,
+    copy_tokens,
+    distractor_job,
+    margin,
+    permute_heads,
+)
 from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
@@ -56,11 +65,12 @@ def generate(seed: int, level: str) -> Instance:
     lay = _layout(vocab)
     cfg = HookedConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=lay.size + 8, d_head=D_HEAD,
                        d_vocab=vocab, n_ctx=N_CTX)
+    copy_layer = s.below(N_LAYERS)  # drawn once: rejection below never re-draws it, so it stays uniform
+    copy_head = 0  # the head index is made uniform by permute_heads after acceptance
     while True:
         order = s.permutation(vocab)
         marked = sorted(order[: s.between(6, 10)])
         plain = [t for t in range(vocab) if t not in marked]
-        copy_layer, copy_head = s.below(N_LAYERS), s.below(N_HEADS)
         p = Planter(cfg, lay)
         for t in range(vocab):
             p.W_E[t, lay.idx("tok", t)] = 1.0
@@ -98,6 +108,7 @@ def generate(seed: int, level: str) -> Instance:
         rest = max(abs(v) for k, v in drops.items() if k != (copy_layer, copy_head))
         if clean >= 2.0 and top >= 0.6 * clean and rest <= 0.2 * top:
             break
+    copy_head = permute_heads(model, s)[copy_layer][copy_head]
     return Instance(
         task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
         probe={"tokens": tokens, "targets": targets, "marked": marked},

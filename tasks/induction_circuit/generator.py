@@ -14,7 +14,16 @@ from __future__ import annotations
 import torch
 
 from ..base import Instance
-from ..circuits import Layout, Planter, ablate_heads, attend_offset, copy_tokens, distractor_job, margin
+from ..circuits import (
+    Layout,
+    Planter,
+    ablate_heads,
+    attend_offset,
+    copy_tokens,
+    distractor_job,
+    margin,
+    permute_heads,
+)
 from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
@@ -67,8 +76,8 @@ def generate(seed: int, level: str) -> Instance:
                        d_vocab=vocab, n_ctx=N_CTX)
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
+    prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
     while True:
-        prev_head, ind_head = s.below(n_heads), s.below(n_heads)
         p = Planter(cfg, lay)
         for t in toks:
             p.W_E[t, lay.idx("tok", t)] = 1.0
@@ -103,6 +112,8 @@ def generate(seed: int, level: str) -> Instance:
         rest = max(abs(v) for k, v in drops.items() if k not in ((0, prev_head), (1, ind_head)))
         if clean >= 2.0 and low >= 0.5 * clean and rest <= 0.2 * low:
             break
+    new_of = permute_heads(model, s)
+    prev_head, ind_head = new_of[0][prev_head], new_of[1][ind_head]
     roles = {f"L0H{prev_head}": "previous-token", f"L1H{ind_head}": "induction"}
     return Instance(
         task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
