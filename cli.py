@@ -41,9 +41,11 @@ def _gen_art(args: argparse.Namespace) -> int:
 
 
 def _not_yet(args: argparse.Namespace) -> int:
-    print(f"mechsandbox {args.command}: not available in this version yet (the server and the eval "
-          "harness come with later issues); `mechsandbox tasks` and `mechsandbox gen-art` work now",
-          file=sys.stderr)
+    print(
+        f"mechsandbox {args.command}: not available in this version yet (the server and the eval "
+        "harness come with later issues); `mechsandbox tasks` and `mechsandbox gen-art` work now",
+        file=sys.stderr,
+    )
     return 2
 
 

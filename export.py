@@ -43,9 +43,14 @@ def instance_files(inst: Instance) -> dict[str, bytes]:
             other[key] = _json_safe(value)
     stem = f"{inst.task_id}/{inst.level}/seed{inst.seed}"
     config = {
-        "task_id": inst.task_id, "level": inst.level, "seed": inst.seed,
-        "family_version": inst.family_version, "config": _json_safe(inst.config),
-        "probe": other, "prompt": inst.prompt, "answer_schema": inst.answer_schema,
+        "task_id": inst.task_id,
+        "level": inst.level,
+        "seed": inst.seed,
+        "family_version": inst.family_version,
+        "config": _json_safe(inst.config),
+        "probe": other,
+        "prompt": inst.prompt,
+        "answer_schema": inst.answer_schema,
     }
     return {
         f"{stem}.safetensors": save(tensors, metadata={"family_version": inst.family_version}),

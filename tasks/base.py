@@ -69,8 +69,8 @@ class Family:
     def generate(self, seed: int, level: str = "easy") -> Instance:
         if level not in self.levels:
             raise ValueError(f"unknown level {level!r}: use one of {list(self.levels)}")
-        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**63:
-            raise ValueError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**64:
+            raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         return self.generate_fn(seed, level)
 
     def grade(self, answer: Any, truth: dict) -> Grade:

@@ -89,8 +89,12 @@ class Catalogue:
 
     def dense(self) -> Unit:
         k = 1.0 / np.sqrt(self.n)
-        return Unit(self.s.normal(self.n, scale=k), self.s.normal(self.n, scale=k),
-                    self.s.fraction(-0.5, 0.5), self.s.fraction(-0.5, 0.5))
+        return Unit(
+            self.s.normal(self.n, scale=k),
+            self.s.normal(self.n, scale=k),
+            self.s.fraction(-0.5, 0.5),
+            self.s.fraction(-0.5, 0.5),
+        )
 
     def random_job(self) -> Unit:
         """A filler unit with a real job: a random product, square, pass-through or dense mix."""
@@ -145,8 +149,14 @@ def build(
     w_out = s.normal(n_out, d, scale=1.0 / np.sqrt(d))
     b_out = s.normal(n_out, scale=0.1)
     with torch.no_grad():
-        for param, value in ((model.left.weight, wl), (model.left.bias, bl), (model.right.weight, wr),
-                             (model.right.bias, br), (model.out.weight, w_out), (model.out.bias, b_out)):
+        for param, value in (
+            (model.left.weight, wl),
+            (model.left.bias, bl),
+            (model.right.weight, wr),
+            (model.right.bias, br),
+            (model.out.weight, w_out),
+            (model.out.bias, b_out),
+        ):
             param.copy_(torch.from_numpy(quantise(value)))
     x = torch.from_numpy(quantise(s.uniform(N_PROBE, n_in, lo=LO, hi=HI)))
     return model.eval(), j, x

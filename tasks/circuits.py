@@ -63,7 +63,9 @@ class Planter:
         self.b_K = np.zeros((n, h, dh))
 
     # -- helpers to write a head ------------------------------------------------------------
-    def qk(self, layer: int, head: int, pairs: list[tuple[int, int, float]], bias_q: dict[int, float] | None = None) -> None:
+    def qk(
+        self, layer: int, head: int, pairs: list[tuple[int, int, float]], bias_q: dict[int, float] | None = None
+    ) -> None:
         """Score contributions: for each (query residual dim, key residual dim, strength), the
         head's score gains ``strength`` * x_q[dim_q] * x_k[dim_k] (after the 1/sqrt(d_head) scale).
         Each pair uses its own head dimension, so pairs do not interfere (len(pairs) <= d_head)."""
@@ -145,6 +147,7 @@ def ablate_heads(model: HookedTransformer, tokens: torch.Tensor, heads: list[tup
         def hook(z: torch.Tensor, hook) -> torch.Tensor:
             z[:, :, hs] = 0.0
             return z
+
         return hook
 
     hooks = [(f"blocks.{lay}.attn.hook_z", make(hs)) for lay, hs in by_layer.items()]
@@ -167,8 +170,9 @@ def attend_flag(p: Planter, layer: int, head: int, key_dim: int, strength: float
     p.qk(layer, head, [(p.lay.idx("const"), key_dim, strength)])
 
 
-def copy_tokens(p: Planter, layer: int, head: int, tokens: list[int], dst: str, gain: float,
-                dst_offsets: list[int] | None = None) -> None:
+def copy_tokens(
+    p: Planter, layer: int, head: int, tokens: list[int], dst: str, gain: float, dst_offsets: list[int] | None = None
+) -> None:
     """OV: write the identity of each listed token into subspace ``dst`` (token t -> dst[t], or
     dst[offset] for scratch subspaces smaller than the vocabulary)."""
     pairs = []
@@ -183,9 +187,19 @@ def attend_same_token(p: Planter, layer: int, head: int, vocab: list[int], stren
     p.qk(layer, head, [(p.lay.idx("tok", t), p.lay.idx("tok", t), strength) for t in vocab])
 
 
-def distractor_job(p: Planter, s: Stream, layer: int, head: int, vocab: list[int], flag_names: list[str],
-                   gain: tuple[float, float], strength: tuple[float, float], offsets: tuple[int, ...] = (0, 1, 2),
-                   n_tokens: tuple[int, int] = (6, 10), duplicate: bool = False) -> str:
+def distractor_job(
+    p: Planter,
+    s: Stream,
+    layer: int,
+    head: int,
+    vocab: list[int],
+    flag_names: list[str],
+    gain: tuple[float, float],
+    strength: tuple[float, float],
+    offsets: tuple[int, ...] = (0, 1, 2),
+    n_tokens: tuple[int, int] = (6, 10),
+    duplicate: bool = False,
+) -> str:
     """Give a head a real job unrelated to the answer: positional (self / previous / offset),
     content (a token-subset flag, the first position, duplicates of the current token or tokens paired
     with it by a fixed permutation), copying

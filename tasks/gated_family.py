@@ -30,15 +30,39 @@ def answer_schema(level: str) -> dict:
     return index_schema(bilinear.SIZES[level][1], 1, "index of the hidden unit")
 
 
-def make_instance(task_id: str, version: str, seed: int, level: str, question: str,
-                  model: bilinear.GatedMLP, unit: int, x: Any, target: Any) -> Instance:
+def make_instance(
+    task_id: str,
+    version: str,
+    seed: int,
+    level: str,
+    question: str,
+    model: bilinear.GatedMLP,
+    unit: int,
+    x: Any,
+    target: Any,
+) -> Instance:
     n_in, d, n_out, _ = bilinear.SIZES[level]
-    text = PROMPT.format(n_in=n_in, d=d, n_out=n_out, lo=bilinear.LO, hi=bilinear.HI,
-                         n_probe=bilinear.N_PROBE, last=d - 1, question=question, target=target)
+    text = PROMPT.format(
+        n_in=n_in,
+        d=d,
+        n_out=n_out,
+        lo=bilinear.LO,
+        hi=bilinear.HI,
+        n_probe=bilinear.N_PROBE,
+        last=d - 1,
+        question=question,
+        target=target,
+    )
     return Instance(
-        task_id=task_id, level=level, seed=seed, family_version=version, model=model,
-        probe={"X": x, "box": (bilinear.LO, bilinear.HI), "target": target}, config=bilinear.config(level),
-        prompt=text, answer_schema=answer_schema(level),
+        task_id=task_id,
+        level=level,
+        seed=seed,
+        family_version=version,
+        model=model,
+        probe={"X": x, "box": (bilinear.LO, bilinear.HI), "target": target},
+        config=bilinear.config(level),
+        prompt=text,
+        answer_schema=answer_schema(level),
         truth={"kind": "indices", "n": d, "indices": [unit]},
     )
 

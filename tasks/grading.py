@@ -58,8 +58,7 @@ def safe_grade(fn: Callable[[Any, dict], Grade], answer: Any, truth: dict) -> Gr
     except Rejection as exc:
         return Grade(score=FLOOR, breakdown={}, message=str(exc), rejected=True)
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
-        return Grade(score=FLOOR, breakdown={}, message=f"malformed answer ({type(exc).__name__})",
-                     rejected=True)
+        return Grade(score=FLOOR, breakdown={}, message=f"malformed answer ({type(exc).__name__})", rejected=True)
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,7 +127,7 @@ def parse_frequencies(answer: Any, p: int) -> set[int]:
 # ---------------------------------------------------------------------------------------
 _HEAD_STR = re.compile(r"^\s*[Ll](\d+)\s*[Hh](\d+)\s*$")
 _HEAD_TUPLE_STR = re.compile(r"^\s*[\(\[]\s*(\d+)\s*,\s*(\d+)\s*[\)\]]\s*$")
-FLAT_HINT = "write heads as a list of [layer, head] pairs, e.g. [[0, 2]] (or \"L0H2\")"
+FLAT_HINT = 'write heads as a list of [layer, head] pairs, e.g. [[0, 2]] (or "L0H2")'
 
 
 def parse_head(item: Any) -> tuple[int, int]:
@@ -152,7 +151,9 @@ def parse_heads(value: Any, n_layers: int, n_heads: int) -> set[tuple[int, int]]
     A bare int or a flat [0, 2] is rejected: it is ambiguous between one head and two indices.
     """
     if isinstance(value, dict):
-        items = [k for k, v in value.items() if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0)]
+        items = [
+            k for k, v in value.items() if not (isinstance(v, (int, float)) and not isinstance(v, bool) and v <= 0)
+        ]
     elif isinstance(value, str):
         items = [value]
     elif isinstance(value, list):
@@ -211,7 +212,7 @@ def grade_heads_with_roles(answer: Any, truth: dict, allowed_roles: tuple[str, .
     if isinstance(answer, dict) and ("heads" in answer or "roles" in answer):
         unknown = set(answer) - {"heads", "roles"}
         if unknown:
-            raise Rejection(f"unknown keys {sorted(unknown)}: send {{\"heads\": [...], \"roles\": {{...}}}}")
+            raise Rejection(f'unknown keys {sorted(unknown)}: send {{"heads": [...], "roles": {{...}}}}')
         if "roles" in answer:
             roles = parse_roles(answer["roles"], allowed_roles, n_layers, n_heads)
         heads = parse_heads(answer["heads"], n_layers, n_heads) if "heads" in answer else set(roles or {})
@@ -228,7 +229,10 @@ def grade_heads_with_roles(answer: Any, truth: dict, allowed_roles: tuple[str, .
     raw = 0.8 * j + 0.2 * role_score * (1.0 if j > 0 else 0.0)
     return Grade(
         score=clamp(raw),
-        breakdown={**base.breakdown, "role_accuracy": round(correct / len(true_roles), 6),
-                   "role_score": round(role_score, 6)},
+        breakdown={
+            **base.breakdown,
+            "role_accuracy": round(correct / len(true_roles), 6),
+            "role_score": round(role_score, 6),
+        },
         message=base.message + f"; {correct} of {len(true_roles)} role labels correct",
     )

@@ -61,13 +61,17 @@ class HookPoint(nn.Module):
 
     def add_hook(self, fn: HookFn, dir: str = "fwd") -> None:
         if dir == "fwd":
+
             def fwd(module: nn.Module, inputs: Any, output: torch.Tensor) -> Any:
                 return fn(output, hook=self)
+
             self._handles.append(self.register_forward_hook(fwd))
         elif dir == "bwd":
+
             def bwd(module: nn.Module, grad_input: Any, grad_output: Any) -> Any:
                 out = fn(grad_output[0], hook=self)
                 return None if out is None else (out,)
+
             self._handles.append(self.register_full_backward_hook(bwd))
         else:
             raise ValueError(f"dir must be 'fwd' or 'bwd', got {dir!r}")
@@ -214,8 +218,7 @@ class HookedTransformer(nn.Module):
                 self.hook_dict[name] = module
 
     # -- forward --------------------------------------------------------------------------
-    def forward(self, tokens: torch.Tensor, return_type: str | None = "logits",
-                loss_per_token: bool = False) -> Any:
+    def forward(self, tokens: torch.Tensor, return_type: str | None = "logits", loss_per_token: bool = False) -> Any:
         tokens = torch.as_tensor(tokens)
         if tokens.dim() == 1:
             tokens = tokens.unsqueeze(0)
@@ -251,8 +254,15 @@ class HookedTransformer(nn.Module):
         for point in self.hook_dict.values():
             point.remove_hooks()
 
-    def run_with_hooks(self, tokens: torch.Tensor, *args: Any, fwd_hooks: Sequence[tuple] = (),
-                       bwd_hooks: Sequence[tuple] = (), reset_hooks_end: bool = True, **kwargs: Any) -> Any:
+    def run_with_hooks(
+        self,
+        tokens: torch.Tensor,
+        *args: Any,
+        fwd_hooks: Sequence[tuple] = (),
+        bwd_hooks: Sequence[tuple] = (),
+        reset_hooks_end: bool = True,
+        **kwargs: Any,
+    ) -> Any:
         for name, fn in fwd_hooks:
             self.add_hook(name, fn, dir="fwd")
         for name, fn in bwd_hooks:
@@ -263,8 +273,14 @@ class HookedTransformer(nn.Module):
             if reset_hooks_end and not bwd_hooks:
                 self.reset_hooks()
 
-    def run_with_cache(self, tokens: torch.Tensor, *args: Any, names_filter: NameFilter = None,
-                       remove_batch_dim: bool = False, **kwargs: Any) -> tuple[Any, ActivationCache]:
+    def run_with_cache(
+        self,
+        tokens: torch.Tensor,
+        *args: Any,
+        names_filter: NameFilter = None,
+        remove_batch_dim: bool = False,
+        **kwargs: Any,
+    ) -> tuple[Any, ActivationCache]:
         match = _name_matcher(names_filter)
         store: dict[str, torch.Tensor] = {}
 
@@ -309,14 +325,20 @@ class HookedTransformer(nn.Module):
 # ---------------------------------------------------------------------------------------
 # names and the cache
 # ---------------------------------------------------------------------------------------
-_ALIASES = {"attn": "pattern", "attn_logits": "attn_scores", "key": "k", "query": "q", "value": "v",
-            "mlp_pre": "pre", "mlp_post": "post"}
+_ALIASES = {
+    "attn": "pattern",
+    "attn_logits": "attn_scores",
+    "key": "k",
+    "query": "q",
+    "value": "v",
+    "mlp_pre": "pre",
+    "mlp_post": "post",
+}
 _ATTN = {"q", "k", "v", "z", "result", "pattern", "attn_scores"}
 _MLP = {"pre", "post"}
 
 
-def get_act_name(name: str, layer: int | None = None, subtype: str | None = None,
-                 layer_type: str | None = None) -> str:
+def get_act_name(name: str, layer: int | None = None, subtype: str | None = None, layer_type: str | None = None) -> str:
     """TransformerLens' ``utils.get_act_name``: ``("pattern", 0)`` -> ``blocks.0.attn.hook_pattern``."""
     if not isinstance(name, str):
         raise TypeError("name must be a string such as 'pattern' or 'resid_post'")
@@ -363,7 +385,9 @@ class ActivationCache:
             if layer is not None and layer < 0:
                 layer = self.cfg.n_layers + layer
             return get_act_name(name, layer, *rest)
-        raise KeyError(f"cache keys are names ('blocks.0.attn.hook_pattern', 'embed') or (name, layer) tuples, got {key!r}")
+        raise KeyError(
+            f"cache keys are names ('blocks.0.attn.hook_pattern', 'embed') or (name, layer) tuples, got {key!r}"
+        )
 
     def __getitem__(self, key: Any) -> torch.Tensor:
         full = self._key(key)
@@ -404,8 +428,14 @@ class ActivationCache:
     def _slice(t: torch.Tensor, pos_slice: Any) -> torch.Tensor:
         return t if pos_slice is None else t[..., pos_slice, :]
 
-    def accumulated_resid(self, layer: int | None = None, incl_mid: bool = False, apply_ln: bool = False,
-                          pos_slice: Any = None, return_labels: bool = False) -> Any:
+    def accumulated_resid(
+        self,
+        layer: int | None = None,
+        incl_mid: bool = False,
+        apply_ln: bool = False,
+        pos_slice: Any = None,
+        return_labels: bool = False,
+    ) -> Any:
         """The residual stream before each layer up to ``layer`` (and the final one at n_layers)."""
         n = self.cfg.n_layers
         layer = n if layer is None else (layer + n + 1 if layer < 0 else layer)
@@ -423,9 +453,16 @@ class ActivationCache:
         stack = torch.stack([self._slice(p, pos_slice) for p in parts])
         return (stack, labels) if return_labels else stack
 
-    def decompose_resid(self, layer: int | None = None, mlp_input: bool = False, mode: str = "all",
-                        apply_ln: bool = False, pos_slice: Any = None, incl_embeds: bool = True,
-                        return_labels: bool = False) -> Any:
+    def decompose_resid(
+        self,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        mode: str = "all",
+        apply_ln: bool = False,
+        pos_slice: Any = None,
+        incl_embeds: bool = True,
+        return_labels: bool = False,
+    ) -> Any:
         """Embeddings, then each layer's attention (and MLP) output, up to ``layer``."""
         n = self.cfg.n_layers
         layer = n if layer is None else layer
@@ -446,8 +483,14 @@ class ActivationCache:
         stack = torch.stack([self._slice(p, pos_slice) for p in parts])
         return (stack, labels) if return_labels else stack
 
-    def stack_head_results(self, layer: int = -1, return_labels: bool = False, incl_remainder: bool = False,
-                           pos_slice: Any = None, apply_ln: bool = False) -> Any:
+    def stack_head_results(
+        self,
+        layer: int = -1,
+        return_labels: bool = False,
+        incl_remainder: bool = False,
+        pos_slice: Any = None,
+        apply_ln: bool = False,
+    ) -> Any:
         """Each head's output [n_heads*layers, ..., d_model] (heads of layers < ``layer``; -1 = all)."""
         n = self.cfg.n_layers
         layer = n if layer == -1 else layer

@@ -35,8 +35,8 @@ class Stream:
     """
 
     def __init__(self, seed: int, name: str):
-        if not 0 <= int(seed) < 2**63:
-            raise ValueError(f"seed must be in [0, 2**63), got {seed}")
+        if not 0 <= int(seed) < 2**64:
+            raise ValueError(f"seed must be in [0, 2**64), got {seed}")
         entropy = [int(seed), _tag(name)]
         self._bits = np.random.PCG64(np.random.SeedSequence(entropy))
         self._gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence([*entropy, 1])))

@@ -22,8 +22,9 @@ def index_schema(n: int, k_max: int, description: str, kind: str = "indices", fi
     }
 
 
-def head_schema(n_layers: int, n_heads: int, k_max: int, description: str,
-                roles: tuple[str, ...] = ()) -> dict[str, Any]:
+def head_schema(
+    n_layers: int, n_heads: int, k_max: int, description: str, roles: tuple[str, ...] = ()
+) -> dict[str, Any]:
     head = {
         "type": "array",
         "items": [
@@ -42,15 +43,17 @@ def head_schema(n_layers: int, n_heads: int, k_max: int, description: str,
         "x-n-heads": n_heads,
     }
     if roles:
-        schema.update({
-            "type": "object",
-            "properties": {
-                "heads": {"type": "array", "items": head, "uniqueItems": True},
-                "roles": {"type": "object", "additionalProperties": {"enum": list(roles)}},
-            },
-            "required": ["heads"],
-            "x-roles": list(roles),
-        })
+        schema.update(
+            {
+                "type": "object",
+                "properties": {
+                    "heads": {"type": "array", "items": head, "uniqueItems": True},
+                    "roles": {"type": "object", "additionalProperties": {"enum": list(roles)}},
+                },
+                "required": ["heads"],
+                "x-roles": list(roles),
+            }
+        )
     else:
         schema.update({"type": "array", "items": head, "uniqueItems": True})
     return schema

@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-
 from mechsandbox.tasks import Instance
 
 
@@ -33,9 +32,16 @@ def head_stats(inst: Instance) -> dict[tuple[int, int], dict[str, float]]:
                 q, k, v, o = m.W_Q[lay, h], m.W_K[lay, h], m.W_V[lay, h], m.W_O[lay, h]
                 qk, ov = q @ k.T, v @ o
                 out[(lay, h)] = {
-                    "q": float(q.norm()), "k": float(k.norm()), "v": float(v.norm()), "o": float(o.norm()),
-                    "qk": float(qk.norm()), "ov": float(ov.norm()), "qk_rank": _eff_rank(qk),
-                    "ov_rank": _eff_rank(ov), "ov_sparsity": _sparsity(ov), "bq": float(m.b_Q[lay, h].norm()),
+                    "q": float(q.norm()),
+                    "k": float(k.norm()),
+                    "v": float(v.norm()),
+                    "o": float(o.norm()),
+                    "qk": float(qk.norm()),
+                    "ov": float(ov.norm()),
+                    "qk_rank": _eff_rank(qk),
+                    "ov_rank": _eff_rank(ov),
+                    "ov_sparsity": _sparsity(ov),
+                    "bq": float(m.b_Q[lay, h].norm()),
                 }
     return out
 
@@ -47,14 +53,27 @@ def unit_stats(inst: Instance) -> dict[int, dict[str, float]]:
         if hasattr(m, "left"):  # gated MLP
             wl, wr, bl, br, wo = m.left.weight, m.right.weight, m.left.bias, m.right.bias, m.out.weight
             for j in range(wl.shape[0]):
-                out[j] = {"l": float(wl[j].norm()), "r": float(wr[j].norm()), "l_sp": _sparsity(wl[j]),
-                          "r_sp": _sparsity(wr[j]), "bl": float(bl[j].abs()), "br": float(br[j].abs()),
-                          "out": float(wo[:, j].norm()), "lr": float(wl[j].norm() * wr[j].norm())}
+                out[j] = {
+                    "l": float(wl[j].norm()),
+                    "r": float(wr[j].norm()),
+                    "l_sp": _sparsity(wl[j]),
+                    "r_sp": _sparsity(wr[j]),
+                    "bl": float(bl[j].abs()),
+                    "br": float(br[j].abs()),
+                    "out": float(wo[:, j].norm()),
+                    "lr": float(wl[j].norm() * wr[j].norm()),
+                }
         else:  # MLP: hidden units of the first layer
             w, b, w2 = m[0].weight, m[0].bias, m[2].weight
             for j in range(w.shape[0]):
-                out[j] = {"w": float(w[j].norm()), "l1": float(w[j].abs().sum()), "sp": _sparsity(w[j]),
-                          "b": float(b[j]), "abs_b": float(b[j].abs()), "out": float(w2[:, j].norm())}
+                out[j] = {
+                    "w": float(w[j].norm()),
+                    "l1": float(w[j].abs().sum()),
+                    "sp": _sparsity(w[j]),
+                    "b": float(b[j]),
+                    "abs_b": float(b[j].abs()),
+                    "out": float(w2[:, j].norm()),
+                }
     return out
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from helpers import FAMILY_IDS
-
 from mechsandbox.tasks import LEVELS, Family, get_family
 
 

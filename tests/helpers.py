@@ -17,16 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from mechsandbox.tasks import Family, Instance, families, get_family
 from RestrictedPython import compile_restricted_exec
 from torch import nn
-
-from mechsandbox.tasks import LEVELS, Family, Instance, families, get_family
 
 FAMILY_IDS = [f.id for f in families()]
 TRANSFORMER_FAMILIES = {"copy-head", "induction-circuit", "committee-circuit"}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def cached_instance(task_id: str, seed: int, level: str) -> Instance:
     """Generated once per test session; tests must not mutate the returned model."""
     return get_family(task_id).generate(seed, level)
@@ -55,5 +54,3 @@ def run_reference(family: Family, inst: Instance, noise: float = 0.0, noise_seed
     printed = json.loads(out.strip().splitlines()[-1])
     assert printed == json.loads(json.dumps(ns["answer"])), "the last printed line is the submitted answer"
     return ns["answer"]
-
-

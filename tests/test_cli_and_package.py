@@ -10,16 +10,32 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from mechsandbox import export
 from mechsandbox.tasks import families, generate
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "mechsandbox.cli"]
-REQUIRED = {"id", "aliases", "difficulty", "levels", "answer_format", "answer_schema", "answer_example",
-            "max_steps", "family_version", "description"}
-SEVEN = ["dead-neurons", "multiplication-neuron", "fourier-frequencies", "additive-bypass", "copy-head",
-         "induction-circuit", "committee-circuit"]
+REQUIRED = {
+    "id",
+    "aliases",
+    "difficulty",
+    "levels",
+    "answer_format",
+    "answer_schema",
+    "answer_example",
+    "max_steps",
+    "family_version",
+    "description",
+}
+SEVEN = [
+    "dead-neurons",
+    "multiplication-neuron",
+    "fourier-frequencies",
+    "additive-bypass",
+    "copy-head",
+    "induction-circuit",
+    "committee-circuit",
+]
 
 
 def test_tasks_json_lists_the_seven_families() -> None:
@@ -27,7 +43,7 @@ def test_tasks_json_lists_the_seven_families() -> None:
     cards = json.loads(out)
     assert sorted(c["id"] for c in cards) == sorted(SEVEN)
     for card in cards:
-        assert REQUIRED <= set(card), card["id"]
+        assert set(card) >= REQUIRED, card["id"]
         assert set(card["max_steps"]) == {"easy", "medium", "hard"}
         assert any(a.startswith("task") for a in card["aliases"])
 
@@ -51,6 +67,7 @@ def test_committed_artifacts_match_regeneration() -> None:
     assert export.check(export.DEFAULT_DIR, progress=False) == []
     manifest = json.loads((export.DEFAULT_DIR / "manifest.json").read_text())
     assert manifest["family_versions"] == {f.id: f.family_version for f in families()}
+
     def keys(value) -> set[str]:
         if isinstance(value, dict):
             return set(value) | {k for v in value.values() for k in keys(v)}
@@ -77,8 +94,7 @@ def test_check_reports_tampering(tmp_path: Path) -> None:
     problems = export.check(copy, progress=False)
     assert any("dead-neurons/easy/seed0.safetensors" in p and "differs" in p for p in problems)
     assert any("copy-head/easy/seed1.json" in p and "missing" in p for p in problems)
-    result = subprocess.run([*CLI, "gen-art", "--check", "--quiet", "--out", str(copy)], capture_output=True,
-                            text=True)
+    result = subprocess.run([*CLI, "gen-art", "--check", "--quiet", "--out", str(copy)], capture_output=True, text=True)
     assert result.returncode == 1 and "FAILED" in result.stderr
 
 
@@ -93,17 +109,38 @@ def test_artifacts_load_without_pickle() -> None:
 
 def test_wheel_installs_one_namespace(tmp_path: Path) -> None:
     """A plain build puts everything under mechsandbox/ and nothing generic (tasks/, server/) at top level."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+    )
     wheel = next(tmp_path.glob("mechsandbox-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
     assert tops == {"mechsandbox"}
-    for module in ("mechsandbox/tasks/copy_head/generator.py", "mechsandbox/tasks/hooked.py",
-                   "mechsandbox/cli.py", "mechsandbox/server/__init__.py"):
+    for module in (
+        "mechsandbox/tasks/copy_head/generator.py",
+        "mechsandbox/tasks/hooked.py",
+        "mechsandbox/cli.py",
+        "mechsandbox/server/__init__.py",
+    ):
         assert module in names
-    packages = {str(p.parent.relative_to(ROOT)) for p in ROOT.glob("**/__init__.py")
-                if ".venv" not in p.parts and "tests" not in p.parts and "build" not in p.parts}
+    packages = {
+        str(p.parent.relative_to(ROOT))
+        for p in ROOT.glob("**/__init__.py")
+        if ".venv" not in p.parts and "tests" not in p.parts and "build" not in p.parts
+    }
     for pkg in packages:
         prefix = "mechsandbox/" + ("" if pkg == "." else pkg + "/") + "__init__.py"
         assert prefix in names, f"{pkg} is missing from pyproject's package list"

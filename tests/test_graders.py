@@ -10,7 +10,6 @@ import pytest
 from helpers import FAMILY_IDS, cached_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.grading import clamp, jaccard, parse_heads
 
@@ -120,7 +119,7 @@ def test_frequencies_fold_k_and_p_minus_k() -> None:
 
 def test_head_answer_shapes() -> None:
     truth = cached_instance("copy-head", 5, "easy").truth
-    (lay, h), = truth["heads"]
+    ((lay, h),) = truth["heads"]
     for ok in ([[lay, h]], [f"L{lay}H{h}"], {f"({lay}, {h})": 1.0}, [(lay, h)], [f"l{lay}h{h}"]):
         assert grade("copy-head", json.loads(json.dumps(ok)), truth).score == 0.99, ok
     for bad in (lay, [lay, h], "head 3", [[lay]]):
@@ -129,8 +128,10 @@ def test_head_answer_shapes() -> None:
     assert "[[0, 2]]" in grade("copy-head", [lay, h], truth).message
     assert "[[0, 2]]" in grade("copy-head", 3, truth).message
     # the earlier project's dict with a zero weight means "not this head"
-    assert grade("copy-head", {f"({lay}, {h})": 1.0, "(0, 0)" if (lay, h) != (0, 0) else "(1, 1)": 0.0},
-                 truth).score == 0.99
+    assert (
+        grade("copy-head", {f"({lay}, {h})": 1.0, "(0, 0)" if (lay, h) != (0, 0) else "(1, 1)": 0.0}, truth).score
+        == 0.99
+    )
 
 
 def test_roles_weighted_when_given() -> None:
@@ -161,8 +162,11 @@ def test_primitives() -> None:
 
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-10**20, max_value=10**20)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**20), max_value=10**20)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=20),
     lambda children: st.lists(children, max_size=6) | st.dictionaries(st.text(max_size=8), children, max_size=6),
     max_leaves=30,
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import cached_instance
-
 from mechsandbox.tasks.hooked import ActivationCache, HookedConfig, HookedTransformer, get_act_name, utils
 
 
@@ -105,7 +104,9 @@ def test_run_with_hooks_edit_replace_and_filter(model: HookedTransformer, tokens
     replaced = model.run_with_hooks(tokens, fwd_hooks=[("blocks.1.hook_resid_post", lambda r, hook: r * 0)])
     assert torch.allclose(replaced, model.b_U.expand_as(replaced))
     names = []
-    model.run_with_hooks(tokens, fwd_hooks=[(lambda n: n.endswith("hook_pattern"), lambda p, hook: names.append(hook.name))])
+    model.run_with_hooks(
+        tokens, fwd_hooks=[(lambda n: n.endswith("hook_pattern"), lambda p, hook: names.append(hook.name))]
+    )
     assert names == ["blocks.0.attn.hook_pattern", "blocks.1.attn.hook_pattern"]
     assert torch.allclose(model(tokens), clean), "hooks are removed after run_with_hooks"
     model.add_hook("blocks.0.hook_resid_pre", lambda r, hook: r * 0)

@@ -7,7 +7,6 @@ import re
 
 import pytest
 from helpers import FAMILY_IDS, cached_instance
-
 from mechsandbox.export import instance_files
 from mechsandbox.tasks import LEVELS, get_family
 from mechsandbox.tasks.rng import Stream, quantise
@@ -52,6 +51,7 @@ PINNED = [547, 678, 376, 212, 884]  # computed once with numpy 2.4 / PCG64; must
 def test_public_structure_does_not_depend_on_the_answer(task_id: str, level: str) -> None:
     """Parameter names, shapes, repr, config and every non-tensor attribute of every submodule are
     the same for instances with different answers (so none of them can carry the answer)."""
+
     def public(inst):
         attrs = []
         for name, module in inst.model.named_modules():
@@ -94,11 +94,12 @@ def test_prompt_is_the_same_template_for_every_answer(task_id: str) -> None:
 
 def test_seed_and_level_are_validated() -> None:
     fam = get_family("dead-neurons")
-    for bad in (-1, 2**63, "3", 1.5, True):
+    for bad in (-1, 2**64, "3", 1.5, True):
         with pytest.raises(ValueError):
             fam.generate(bad, "easy")
     with pytest.raises(ValueError):
         fam.generate(0, "extreme")
+    assert fam.generate(2**64 - 1, "easy").truth["indices"], "test-split seeds are 8-byte HMAC values"
     with pytest.raises(KeyError):
         get_family("no-such-task")
     assert get_family("task5").id == "copy-head"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import cached_instance
-
 from mechsandbox.tasks import LEVELS
 from mechsandbox.tasks.bilinear import fit_r2
 from mechsandbox.tasks.circuits import ablate_heads
@@ -82,8 +81,9 @@ def test_copy_head(level: str) -> None:
     for seed in SEEDS:
         inst = cached_instance("copy-head", seed, level)
         model, tokens, targets = inst.model, inst.probe["tokens"], inst.probe["targets"]
-        (lay, head), = inst.truth["heads"]
+        ((lay, head),) = inst.truth["heads"]
         from mechsandbox.tasks.circuits import margin
+
         with torch.no_grad():
             clean = margin(model(tokens)[:, -1], targets).mean().item()
             _, cache = model.run_with_cache(tokens)
@@ -93,8 +93,12 @@ def test_copy_head(level: str) -> None:
         pos = (tokens == targets[:, None]).float()
         attn = (cache["pattern", lay][:, head, -1] * pos).sum(dim=1).mean().item()
         assert attn >= 0.8, "the copy head attends to the marked token"
-        others = [clean - margin(ablate_heads(model, tokens, [(ly, h)])[:, -1], targets).mean().item()
-                  for ly in range(2) for h in range(model.cfg.n_heads) if (ly, h) != (lay, head)]
+        others = [
+            clean - margin(ablate_heads(model, tokens, [(ly, h)])[:, -1], targets).mean().item()
+            for ly in range(2)
+            for h in range(model.cfg.n_heads)
+            if (ly, h) != (lay, head)
+        ]
         assert max(abs(o) for o in others) <= 0.2 * drop
         assert max(abs(o) for o in others) > 0.0, "other heads are not dead weight"
 
@@ -122,16 +126,17 @@ def test_induction_circuit(level: str) -> None:
         # K-composition: without the previous-token head, the induction head loses its target
         store = {}
 
-        def zero_prev(z, hook):
-            z[:, :, prev[1]] = 0.0
+        def zero_prev(z, hook, h=prev[1]):
+            z[:, :, h] = 0.0
             return z
 
-        def grab(pattern, hook):
-            store["p"] = pattern[:, ind[1]].detach()
+        def grab(pattern, hook, h=ind[1], store=store):
+            store["p"] = pattern[:, h].detach()
 
         with torch.no_grad():
-            model.run_with_hooks(tokens, fwd_hooks=[("blocks.0.attn.hook_z", zero_prev),
-                                                    ("blocks.1.attn.hook_pattern", grab)])
+            model.run_with_hooks(
+                tokens, fwd_hooks=[("blocks.0.attn.hook_z", zero_prev), ("blocks.1.attn.hook_pattern", grab)]
+            )
         knocked = torch.stack([store["p"][:, i, i - HALF + 1] for i in range(HALF, n)]).mean()
         assert knocked <= 0.5 * induction_attn
 
@@ -152,8 +157,9 @@ def test_committee_properties(level: str) -> None:
         assert abs(sum(eff["pair"]) - eff["whole"]) <= 0.2 * eff["whole"]
         assert max(eff["pair"]) - min(eff["pair"]) >= 0.1, "members' effects are unequal"
         members = [h for pair in pairs for h in pair]
-        nonmembers = [(ly, h) for ly in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)
-                      if (ly, h) not in members]
+        nonmembers = [
+            (ly, h) for ly in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (ly, h) not in members
+        ]
         member_alone = {m: eff["drop"]([m]) for m in members}
         for nm in nonmembers:
             assert abs(eff["drop"]([nm])) <= 0.05

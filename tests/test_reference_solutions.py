@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from helpers import FAMILY_IDS, run_reference
-
 from mechsandbox.tasks import LEVELS, get_family
 
 FRESH_SEEDS = (1_000_003, 2_000_017)

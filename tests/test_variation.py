@@ -12,7 +12,6 @@ from collections import Counter
 import pytest
 from baselines import best_mean, constant_candidates, weight_stat_answers
 from helpers import FAMILY_IDS, cached_instance
-
 from mechsandbox.tasks import LEVELS, get_family
 
 N_SEEDS = 100
@@ -45,7 +44,7 @@ def test_no_answer_dominates_and_constants_score_low(task_id: str, level: str) -
     def frequent(k: int) -> list:
         return [as_answer(c) for c, _ in components.most_common(k)]
 
-    k_max = truths[0].get("heads") and len(truths[0]["heads"]) or max(len(items_of(t)) for t in truths)
+    k_max = (truths[0].get("heads") and len(truths[0]["heads"])) or max(len(items_of(t)) for t in truths)
     candidates = constant_candidates([as_answer(c) for c in universe], k_max, frequent)
     scores = [[fam.grade(a, t).score for t in truths] for a in candidates]
     best = best_mean(scores)
@@ -63,7 +62,7 @@ def test_weight_statistics_baseline_scores_at_most_03(task_id: str, level: str) 
         inst = cached_instance(task_id, seed, level)
         k = len(items_of(inst.truth))  # generous: the baseline is told the answer size
         scores = [fam.grade(a, inst.truth).score for a in weight_stat_answers(inst, k)]
-        rows = [[s] for s in scores] if rows is None else [r + [s] for r, s in zip(rows, scores, strict=True)]
+        rows = [[s] for s in scores] if rows is None else [[*r, s] for r, s in zip(rows, scores, strict=True)]
     assert rows is not None
     best = best_mean(rows)
     assert best <= 0.3, f"the best weight statistic scores {best:.3f}"

@@ -10,7 +10,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task4", "additive_bypass"),
     difficulty="medium",
-    description="The gated MLP of multiplication-neuron (own seed stream); find the unit computing c * x_k, among pass-throughs of other inputs and mixtures with products.",
+    description=(
+        "The gated MLP of multiplication-neuron (own seed stream); find the unit computing c * x_k, "
+        "among pass-throughs of other inputs and mixtures with products."
+    ),
     answer_format="list with one integer unit index",
     answer_example=[0],
     max_steps={"easy": 10, "medium": 12, "hard": 14},

@@ -17,7 +17,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task7", "committee_circuit", "full-hypothesis"),
     difficulty="hard",
-    description="A 4-layer model copies a marked token through a committee of primary heads and backups that take over when their primary is ablated; find every member with its role.",
+    description=(
+        "A 4-layer model copies a marked token through a committee of primary heads and backups "
+        "that take over when their primary is ablated; find every member with its role."
+    ),
     answer_format='{"heads": [[layer, head], ...], "roles": {"L0H3": "primary", ...}}',
     answer_example={"heads": [[0, 0], [2, 0]], "roles": {"L0H0": "primary", "L2H0": "backup"}},
     max_steps={"easy": 14, "medium": 16, "hard": 20},

@@ -47,8 +47,16 @@ def answer_schema(level: str) -> dict:
 
 def _layout(pairs: int) -> Layout:
     lay = Layout()
-    for name, dim in (("tok", VOCAB), ("out", VOCAB), ("scr", VOCAB), ("pos", N_CTX), ("const", 1), ("mark", 1),
-                      ("sink", 1), ("handled", pairs)):
+    for name, dim in (
+        ("tok", VOCAB),
+        ("out", VOCAB),
+        ("scr", VOCAB),
+        ("pos", N_CTX),
+        ("const", 1),
+        ("mark", 1),
+        ("sink", 1),
+        ("handled", pairs),
+    ):
         lay.add(name, dim)
     for f in range(N_FLAGS):
         lay.add(f"flag{f}", 1)
@@ -70,8 +78,9 @@ def mean_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return margin(logits[:, -1], targets).mean().item()
 
 
-def _attention(model: HookedTransformer, tokens: torch.Tensor, ablate: list, layer: int, head: int,
-               key: torch.Tensor) -> float:
+def _attention(
+    model: HookedTransformer, tokens: torch.Tensor, ablate: list, layer: int, head: int, key: torch.Tensor
+) -> float:
     """Mean attention of (layer, head) at the last position onto the key positions in ``key``."""
     store = {}
 
@@ -86,6 +95,7 @@ def _attention(model: HookedTransformer, tokens: torch.Tensor, ablate: list, lay
         def fn(z, hook):
             z[:, :, hs] = 0.0
             return z
+
         return fn
 
     hooks = [(f"blocks.{lay}.attn.hook_z", zero(hs)) for lay, hs in by_layer.items()]
@@ -95,8 +105,12 @@ def _attention(model: HookedTransformer, tokens: torch.Tensor, ablate: list, lay
     return float((store["p"] * key).sum(dim=1).mean())
 
 
-def committee_effects(model: HookedTransformer, tokens: torch.Tensor, targets: torch.Tensor,
-                      pairs: list[tuple[tuple[int, int], tuple[int, int]]]) -> dict:
+def committee_effects(
+    model: HookedTransformer,
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    pairs: list[tuple[tuple[int, int], tuple[int, int]]],
+) -> dict:
     """Margin drops (as fractions of the clean margin) for the ablations the spec talks about."""
     clean = mean_margin(model(tokens), targets)
 
@@ -144,8 +158,9 @@ def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     n_heads, n_pairs, noise = LEVELS[level]
     lay = _layout(n_pairs)
-    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB,
-                       d_vocab=VOCAB, n_ctx=N_CTX)
+    cfg = HookedConfig(
+        n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB, d_vocab=VOCAB, n_ctx=N_CTX
+    )
     # Layers are drawn once (rejection never re-draws them, so their distribution is exactly the
     # drawn one); head indices are made uniform by permute_heads after acceptance.
     pairs = []
@@ -159,7 +174,7 @@ def generate(seed: int, level: str) -> Instance:
     while True:
         order = [t for t in s.permutation(VOCAB) if t != BOS]
         marked = sorted(order[: s.between(6, 10)])
-        plain_toks = sorted(order[len(marked):])
+        plain_toks = sorted(order[len(marked) :])
         default = plain_toks[s.below(len(plain_toks))]
         flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
         plain = {"flags": flags}
@@ -179,7 +194,7 @@ def generate(seed: int, level: str) -> Instance:
         # with and without P; then solve the OV gains for the drawn shares.
         gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0) for k in range(n_pairs)]
         calib = _plant(s, cfg, lay, pairs, marked, plain, gains, default, 0.0).build(s, 0.0, rotate=False)
-        for k, (pp, bb) in enumerate(pairs):
+        for k, (pp, _bb) in enumerate(pairs):
             a_p = _attention(calib, tokens, [], *pp, mark_key)
             # sink weight w so that the handled signal (about a_p) cuts B's attention by `takeover`
             e_b = float(torch.exp(torch.tensor(s_b[k])))
@@ -198,8 +213,19 @@ def generate(seed: int, level: str) -> Instance:
         for layer in range(N_LAYERS):
             for head in range(n_heads):
                 if (layer, head) not in members:
-                    distractor_job(p, s, layer, head, list(range(VOCAB)), ["mark", *[f"flag{f}" for f in range(N_FLAGS)]],
-                                   (1.5, 4.0), (4.0, 6.0), offsets=(0, 1, 2), n_tokens=(6, 11), duplicate=True)
+                    distractor_job(
+                        p,
+                        s,
+                        layer,
+                        head,
+                        list(range(VOCAB)),
+                        ["mark", *[f"flag{f}" for f in range(N_FLAGS)]],
+                        (1.5, 4.0),
+                        (4.0, 6.0),
+                        offsets=(0, 1, 2),
+                        n_tokens=(6, 11),
+                        duplicate=True,
+                    )
         model = p.build(s, noise)
         if _satisfies_spec(model, tokens, targets, pairs, n_heads):
             break
@@ -211,13 +237,23 @@ def generate(seed: int, level: str) -> Instance:
         roles[f"L{bb[0]}H{bb[1]}"] = "backup"
     heads = sorted([list(h) for pair in pairs for h in pair])
     return Instance(
-        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        task_id=TASK_ID,
+        level=level,
+        seed=seed,
+        family_version=VERSION,
+        model=model,
         probe={"tokens": tokens, "targets": targets, "marked": marked},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=VOCAB, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
-        truth={"kind": "heads+roles", "n_layers": N_LAYERS, "n_heads": n_heads, "heads": heads, "roles": roles,
-               "pairs": [[list(pp), list(bb)] for pp, bb in pairs]},
+        truth={
+            "kind": "heads+roles",
+            "n_layers": N_LAYERS,
+            "n_heads": n_heads,
+            "heads": heads,
+            "roles": roles,
+            "pairs": [[list(pp), list(bb)] for pp, bb in pairs],
+        },
     )
 
 

@@ -44,7 +44,7 @@ def dla(ablated):
     with torch.no_grad():
         model.run_with_hooks(tokens, fwd_hooks=hooks)
     for layer, head in members:
-        contrib = store[layer][:, head] @ model.W_U
+        contrib = store[layer][:, head] @ model.W_U.detach()
         out[(layer, head)] = float(contrib[rows, targets].mean())
     return out
 

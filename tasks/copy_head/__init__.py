@@ -18,7 +18,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task5", "copy_head", "head-identification"),
     difficulty="easy",
-    description="A 2-layer attention-only transformer copies the one token from a marked vocabulary subset to the output; find the copy head among heads with other real jobs.",
+    description=(
+        "A 2-layer attention-only transformer copies the one token from a marked vocabulary subset "
+        "to the output; find the copy head among heads with other real jobs."
+    ),
     answer_format="list of [layer, head] pairs",
     answer_example=[[0, 0]],
     max_steps={"easy": 10, "medium": 12, "hard": 14},

@@ -63,8 +63,9 @@ def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, noise = LEVELS[level]
     lay = _layout(vocab)
-    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=N_HEADS, d_model=lay.size + 8, d_head=D_HEAD,
-                       d_vocab=vocab, n_ctx=N_CTX)
+    cfg = HookedConfig(
+        n_layers=N_LAYERS, n_heads=N_HEADS, d_model=lay.size + 8, d_head=D_HEAD, d_vocab=vocab, n_ctx=N_CTX
+    )
     copy_layer = s.below(N_LAYERS)  # drawn once: rejection below never re-draws it, so it stays uniform
     copy_head = 0  # the head index is made uniform by permute_heads after acceptance
     while True:
@@ -93,8 +94,9 @@ def generate(seed: int, level: str) -> Instance:
                     continue
                 distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
                 if s.below(4) == 0:  # a few heads also nudge the logits of the tokens they copy
-                    copy_tokens(p, layer, head, [plain[s.below(len(plain))] for _ in range(3)], "out",
-                                s.fraction(0.3, 0.6))
+                    copy_tokens(
+                        p, layer, head, [plain[s.below(len(plain))] for _ in range(3)], "out", s.fraction(0.3, 0.6)
+                    )
         model = p.build(s, noise)
         tokens, targets = _probe(s, vocab, marked)
         with torch.no_grad():
@@ -110,14 +112,20 @@ def generate(seed: int, level: str) -> Instance:
             break
     copy_head = permute_heads(model, s)[copy_layer][copy_head]
     return Instance(
-        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        task_id=TASK_ID,
+        level=level,
+        seed=seed,
+        family_version=VERSION,
+        model=model,
         probe={"tokens": tokens, "targets": targets, "marked": marked},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=N_HEADS, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
-        truth={"kind": "heads", "n_layers": N_LAYERS, "n_heads": N_HEADS, "heads": [[copy_layer, copy_head]],
-               "roles": {f"L{copy_layer}H{copy_head}": "copy"}},
+        truth={
+            "kind": "heads",
+            "n_layers": N_LAYERS,
+            "n_heads": N_HEADS,
+            "heads": [[copy_layer, copy_head]],
+            "roles": {f"L{copy_layer}H{copy_head}": "copy"},
+        },
     )
-
-
-

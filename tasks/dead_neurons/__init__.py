@@ -17,7 +17,9 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task1", "dead_neurons"),
     difficulty="easy",
-    description="Find the dead inputs of an MLP (easy/medium) or the hidden units that never fire on the input box (hard).",
+    description=(
+        "Find the dead inputs of an MLP (easy/medium) or the hidden units that never fire on the input box (hard)."
+    ),
     answer_format="list of integer indices",
     answer_example=[0, 1],
     max_steps={"easy": 10, "medium": 12, "hard": 16},

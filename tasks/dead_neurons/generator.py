@@ -60,7 +60,7 @@ def _dead_inputs(s: Stream, level: str) -> tuple[np.ndarray, np.ndarray, list[in
     k = s.between(2, K_MAX)
     order = s.permutation(n_in)
     dead = sorted(order[:k])
-    tiny = order[k:k + s.between(d_lo, d_hi)] if d_hi else []
+    tiny = order[k : k + s.between(d_lo, d_hi)] if d_hi else []
     w1 = s.normal(n_hidden, n_in, scale=0.5)
     if level == "medium":
         w1 += s.normal(n_hidden, n_in, scale=0.01)  # dense noise on every live weight
@@ -78,7 +78,7 @@ def _dead_hidden(s: Stream) -> tuple[np.ndarray, np.ndarray, list[int]]:
     while True:  # deterministic rejection sampling from the seed's own stream
         k = s.between(2, K_MAX)
         order = s.permutation(n_hidden)
-        dead, rare = order[:k], order[k:k + s.between(d_lo, d_hi)]
+        dead, rare = order[:k], order[k : k + s.between(d_lo, d_hi)]
         # log-uniform unit scales over ~13x, the same for every kind of unit, so neither the norm nor
         # the bias alone tells a dead unit from a rarely firing one
         scales = np.exp(np.array([s.fraction(np.log(0.15), np.log(2.0)) for _ in range(n_hidden)]))
@@ -119,11 +119,17 @@ def generate(seed: int, level: str) -> Instance:
     n = universe(level)
     fields = dict(n_in=n_in, n_hidden=n_hidden, n_out=n_out, lo=LO, hi=HI, n_probe=N_PROBE, last=n - 1)
     text = (prompt.HIDDEN if level == "hard" else prompt.INPUTS).format(
-        distractor_note=prompt.MEDIUM_NOTE if level == "medium" else "", **fields)
+        distractor_note=prompt.MEDIUM_NOTE if level == "medium" else "", **fields
+    )
     return Instance(
-        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        task_id=TASK_ID,
+        level=level,
+        seed=seed,
+        family_version=VERSION,
+        model=model,
         probe={"X": x, "box": (LO, HI)},
         config={"kind": "mlp", "n_in": n_in, "n_hidden": n_hidden, "n_out": n_out, "box": [LO, HI]},
-        prompt=text, answer_schema=answer_schema(level),
+        prompt=text,
+        answer_schema=answer_schema(level),
         truth={"kind": "indices", "n": n, "indices": dead},
     )

@@ -17,7 +17,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task3", "fourier_frequencies", "fourier-analysis"),
     difficulty="hard",
-    description="Find the key frequencies planted (in a random rotation, with noise and weaker distractor frequencies) in the embedding of a prime vocabulary.",
+    description=(
+        "Find the key frequencies planted (in a random rotation, with noise and weaker distractor "
+        "frequencies) in the embedding of a prime vocabulary."
+    ),
     answer_format="list of integer frequencies in 1..(p-1)/2",
     answer_example=[1, 2],
     max_steps={"easy": 10, "medium": 12, "hard": 14},

@@ -48,13 +48,18 @@ def freq_power(w_e: np.ndarray) -> np.ndarray:
     """Power of each frequency 1..(p-1)/2 in the embedding (DFT over tokens, summed over dims)."""
     p = w_e.shape[0]
     spec = np.abs(np.fft.fft(w_e, axis=0)) ** 2
-    return spec.sum(axis=1)[1:(p - 1) // 2 + 1]
+    return spec.sum(axis=1)[1 : (p - 1) // 2 + 1]
 
 
 def answer_schema(level: str, p: int | None = None) -> dict:
     p = p or LEVELS[level][0][0]
-    return index_schema((p - 1) // 2, K_MAX, f"key frequencies k in 1..{(p - 1) // 2} (k and p-k are the same)",
-                        kind="frequencies", first=1)
+    return index_schema(
+        (p - 1) // 2,
+        K_MAX,
+        f"key frequencies k in 1..{(p - 1) // 2} (k and p-k are the same)",
+        kind="frequencies",
+        first=1,
+    )
 
 
 def _waves(p: int, freqs: list[int], amps: list[float], basis: np.ndarray) -> np.ndarray:
@@ -98,7 +103,11 @@ def generate(seed: int, level: str) -> Instance:
         model.mlp[2].bias.copy_(torch.from_numpy(quantise(s.normal(D_MODEL, scale=0.1))))
     grid = torch.cartesian_prod(torch.arange(p), torch.arange(p))
     return Instance(
-        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model.eval(),
+        task_id=TASK_ID,
+        level=level,
+        seed=seed,
+        family_version=VERSION,
+        model=model.eval(),
         probe={"tokens": grid, "p": p},
         config={"kind": "embed-mlp", "p": p, "d_model": D_MODEL, "d_mlp": D_MLP},
         prompt=prompt.TEXT.format(p=p, d=D_MODEL, half=half),

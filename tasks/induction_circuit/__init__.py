@@ -17,7 +17,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task6", "induction_circuit", "circuit-localization"),
     difficulty="medium",
-    description="A previous-token head in layer 0 K-composes with an induction head in layer 1; find both (with roles) among look-alike distractors in both layers.",
+    description=(
+        "A previous-token head in layer 0 K-composes with an induction head in layer 1; find both "
+        "(with roles) among look-alike distractors in both layers."
+    ),
     answer_format='{"heads": [[layer, head], ...], "roles": {"L0H1": "previous-token", ...}}',
     answer_example={"heads": [[0, 0], [1, 0]], "roles": {"L0H0": "previous-token", "L1H0": "induction"}},
     max_steps={"easy": 12, "medium": 14, "hard": 16},

@@ -39,8 +39,7 @@ N_FLAGS = 3
 
 
 def answer_schema(level: str) -> dict:
-    return head_schema(N_LAYERS, LEVELS[level][1], 2,
-                       "the circuit's heads, optionally with role labels", roles=ROLES)
+    return head_schema(N_LAYERS, LEVELS[level][1], 2, "the circuit's heads, optionally with role labels", roles=ROLES)
 
 
 def _layout(vocab: int) -> Layout:
@@ -65,15 +64,16 @@ def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = 
     if logits is None:
         with torch.no_grad():
             logits = model(tokens)
-    return margin(logits[:, HALF:-1], tokens[:, HALF + 1:]).mean().item()
+    return margin(logits[:, HALF:-1], tokens[:, HALF + 1 :]).mean().item()
 
 
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
     lay = _layout(vocab)
-    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=vocab,
-                       d_vocab=vocab, n_ctx=N_CTX)
+    cfg = HookedConfig(
+        n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=vocab, d_vocab=vocab, n_ctx=N_CTX
+    )
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
@@ -98,8 +98,19 @@ def generate(seed: int, level: str) -> Instance:
             for head in range(n_heads):
                 if (layer, head) in ((0, prev_head), (1, ind_head)):
                     continue
-                distractor_job(p, s, layer, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
-                               n_tokens=(vocab, vocab), duplicate=True)
+                distractor_job(
+                    p,
+                    s,
+                    layer,
+                    head,
+                    toks,
+                    flags,
+                    (0.9, 3.5),
+                    (4.0, 9.0),
+                    offsets=(0, 1, 2, 3),
+                    n_tokens=(vocab, vocab),
+                    duplicate=True,
+                )
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         clean = induction_margin(model, tokens)
@@ -116,12 +127,22 @@ def generate(seed: int, level: str) -> Instance:
     prev_head, ind_head = new_of[0][prev_head], new_of[1][ind_head]
     roles = {f"L0H{prev_head}": "previous-token", f"L1H{ind_head}": "induction"}
     return Instance(
-        task_id=TASK_ID, level=level, seed=seed, family_version=VERSION, model=model,
+        task_id=TASK_ID,
+        level=level,
+        seed=seed,
+        family_version=VERSION,
+        model=model,
         probe={"tokens": tokens},
         config={"kind": "hooked-transformer", **cfg.to_dict()},
-        prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=vocab, n_ctx=N_CTX,
-                                  n_probe=N_PROBE, half=HALF, last=N_CTX - 2),
+        prompt=prompt.TEXT.format(
+            n_layers=N_LAYERS, n_heads=n_heads, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE, half=HALF, last=N_CTX - 2
+        ),
         answer_schema=answer_schema(level),
-        truth={"kind": "heads+roles", "n_layers": N_LAYERS, "n_heads": n_heads,
-               "heads": [[0, prev_head], [1, ind_head]], "roles": roles},
+        truth={
+            "kind": "heads+roles",
+            "n_layers": N_LAYERS,
+            "n_heads": n_heads,
+            "heads": [[0, prev_head], [1, ind_head]],
+            "roles": roles,
+        },
     )

@@ -10,7 +10,10 @@ FAMILY = Family(
     id=generator.TASK_ID,
     aliases=("task2", "multiplication_neuron", "causal-ablation"),
     difficulty="medium",
-    description="A gated MLP; find the hidden unit whose activation is c * x_a * x_b (a, b stated), among products, squares and near-products.",
+    description=(
+        "A gated MLP; find the hidden unit whose activation is c * x_a * x_b (a, b stated), among "
+        "products, squares and near-products."
+    ),
     answer_format="list with one integer unit index",
     answer_example=[0],
     max_steps={"easy": 10, "medium": 12, "hard": 14},

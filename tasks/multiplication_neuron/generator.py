@@ -21,14 +21,22 @@ def generate(seed: int, level: str) -> Instance:
     a, b, c, d = s.sample(n_in, 4)
 
     def planted(cat: bilinear.Catalogue):
-        distractors = [cat.product(a, c), cat.product(c, b), cat.near_product(a, b, d),
-                       cat.square(a), cat.square(b), cat.linear_times(a, b)]
+        distractors = [
+            cat.product(a, c),
+            cat.product(c, b),
+            cat.near_product(a, b, d),
+            cat.square(a),
+            cat.square(b),
+            cat.linear_times(a, b),
+        ]
         if level != "easy":
             distractors += [cat.near_product(b, a, c), cat.product(a, d)]
         return cat.product(a, b), distractors
 
     model, unit, x = bilinear.build(s, level, planted, lambda xs: xs[:, a] * xs[:, b])
-    question = (f"Exactly one hidden unit computes the product of inputs {a} and {b}: "
-                f"h_j(x) = c * x[{a}] * x[{b}] for a constant c (up to small noise). Other units compute "
-                "other products, squares, pass-throughs and mixtures. Which unit is it? (`target` is (a, b).)")
+    question = (
+        f"Exactly one hidden unit computes the product of inputs {a} and {b}: "
+        f"h_j(x) = c * x[{a}] * x[{b}] for a constant c (up to small noise). Other units compute "
+        "other products, squares, pass-throughs and mixtures. Which unit is it? (`target` is (a, b).)"
+    )
     return gated_family.make_instance(TASK_ID, VERSION, seed, level, question, model, unit, x, (a, b))
