@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from .base import Instance
 from .hooked import HookedConfig, HookedTransformer
 from .rng import Stream, quantise
 
@@ -61,6 +62,21 @@ class Planter:
         self.W_O = np.zeros((n, h, dh, d))
         self.b_Q = np.zeros((n, h, dh))
         self.b_K = np.zeros((n, h, dh))
+
+    def embed_basics(self, out_gain: float) -> None:
+        """The shared embedding: each token's identity in ``tok`` plus a constant feature in ``const``,
+        one-hot positions in ``pos``, and an unembedding that reads token t from ``out``[t]."""
+        for t in range(self.cfg.d_vocab):
+            self.W_E[t, self.lay.idx("tok", t)] = 1.0
+            self.W_E[t, self.lay.idx("const")] = 1.0
+            self.W_U[self.lay.idx("out", t), t] = out_gain
+        for i in range(self.cfg.n_ctx):
+            self.W_pos[i, self.lay.idx("pos", i)] = 1.0
+
+    def flag_tokens(self, name: str, tokens: list[int]) -> None:
+        """Give the listed tokens a content feature in the one-dim subspace ``name``."""
+        for t in tokens:
+            self.W_E[t, self.lay.idx(name)] = 1.0
 
     # -- helpers to write a head ------------------------------------------------------------
     def qk(
@@ -239,3 +255,39 @@ def permute_heads(model: HookedTransformer, s: Stream) -> list[list[int]]:
                 param.copy_(param[index].clone())
             new_of.append([src.index(h) for h in range(model.cfg.n_heads)])
     return new_of
+
+
+def hooked_instance(
+    task_id: str,
+    version: str,
+    seed: int,
+    level: str,
+    model: HookedTransformer,
+    probe: dict,
+    prompt: str,
+    answer_schema: dict,
+    roles: dict[tuple[int, int], str],
+    kind: str = "heads+roles",
+    **extra_truth: object,
+) -> Instance:
+    """Assemble a transformer family's Instance; the truth is the planted heads and their roles."""
+    cfg = model.cfg
+    return Instance(
+        task_id=task_id,
+        level=level,
+        seed=seed,
+        family_version=version,
+        model=model,
+        probe=probe,
+        config={"kind": "hooked-transformer", **cfg.to_dict()},
+        prompt=prompt,
+        answer_schema=answer_schema,
+        truth={
+            "kind": kind,
+            "n_layers": cfg.n_layers,
+            "n_heads": cfg.n_heads,
+            "heads": sorted([lay, h] for lay, h in roles),
+            "roles": {f"L{lay}H{h}": role for (lay, h), role in roles.items()},
+            **extra_truth,
+        },
+    )

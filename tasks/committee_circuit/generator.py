@@ -23,6 +23,7 @@ from ..circuits import (
     attend_flag,
     copy_tokens,
     distractor_job,
+    hooked_instance,
     margin,
     permute_heads,
 )
@@ -130,18 +131,11 @@ def committee_effects(
 
 def _plant(s: Stream, cfg: HookedConfig, lay: Layout, pairs, marked, plain, gains, default, delta) -> Planter:
     p = Planter(cfg, lay)
-    for t in range(VOCAB):
-        p.W_E[t, lay.idx("tok", t)] = 1.0
-        p.W_E[t, lay.idx("const")] = 1.0
-        p.W_U[lay.idx("out", t), t] = 1.0
-    p.W_E[BOS, lay.idx("sink")] = 1.0
-    for t in marked:
-        p.W_E[t, lay.idx("mark")] = 1.0
+    p.embed_basics(out_gain=1.0)
+    p.flag_tokens("sink", [BOS])
+    p.flag_tokens("mark", marked)
     for f, members in enumerate(plain["flags"]):
-        for t in members:
-            p.W_E[t, lay.idx(f"flag{f}")] = 1.0
-    for i in range(N_CTX):
-        p.W_pos[i, lay.idx("pos", i)] = 1.0
+        p.flag_tokens(f"flag{f}", members)
     p.b_U[default] = delta
     for k, ((pl, ph), (bl, bh)) in enumerate(pairs):
         g_p, g_b, s_p, s_b, w = gains[k]
@@ -231,29 +225,18 @@ def generate(seed: int, level: str) -> Instance:
             break
     new_of = permute_heads(model, s)
     pairs = [((pl, new_of[pl][ph]), (bl, new_of[bl][bh])) for (pl, ph), (bl, bh) in pairs]
-    roles = {}
-    for pp, bb in pairs:
-        roles[f"L{pp[0]}H{pp[1]}"] = "primary"
-        roles[f"L{bb[0]}H{bb[1]}"] = "backup"
-    heads = sorted([list(h) for pair in pairs for h in pair])
-    return Instance(
-        task_id=TASK_ID,
-        level=level,
-        seed=seed,
-        family_version=VERSION,
-        model=model,
+    roles = {pp: "primary" for pp, _ in pairs} | {bb: "backup" for _, bb in pairs}
+    return hooked_instance(
+        TASK_ID,
+        VERSION,
+        seed,
+        level,
+        model,
         probe={"tokens": tokens, "targets": targets, "marked": marked},
-        config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=VOCAB, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
-        truth={
-            "kind": "heads+roles",
-            "n_layers": N_LAYERS,
-            "n_heads": n_heads,
-            "heads": heads,
-            "roles": roles,
-            "pairs": [[list(pp), list(bb)] for pp, bb in pairs],
-        },
+        roles=roles,
+        pairs=[[list(pp), list(bb)] for pp, bb in pairs],
     )
 
 

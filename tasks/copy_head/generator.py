@@ -19,6 +19,7 @@ from ..circuits import (
     attend_flag,
     copy_tokens,
     distractor_job,
+    hooked_instance,
     margin,
     permute_heads,
 )
@@ -73,19 +74,11 @@ def generate(seed: int, level: str) -> Instance:
         marked = sorted(order[: s.between(6, 10)])
         plain = [t for t in range(vocab) if t not in marked]
         p = Planter(cfg, lay)
-        for t in range(vocab):
-            p.W_E[t, lay.idx("tok", t)] = 1.0
-            p.W_E[t, lay.idx("const")] = 1.0
-            p.W_U[lay.idx("out", t), t] = 2.0
-        for t in marked:
-            p.W_E[t, lay.idx("mark")] = 1.0
+        p.embed_basics(out_gain=2.0)
+        p.flag_tokens("mark", marked)
         flags = [f"flag{f}" for f in range(N_FLAGS)]
         for f in flags:  # each flag marks a random subset of the plain tokens (other heads' keys)
-            for t in plain:
-                if s.below(4) == 0:
-                    p.W_E[t, lay.idx(f)] = 1.0
-        for i in range(N_CTX):
-            p.W_pos[i, lay.idx("pos", i)] = 1.0
+            p.flag_tokens(f, [t for t in plain if s.below(4) == 0])
         attend_flag(p, copy_layer, copy_head, lay.idx("mark"), s.fraction(5.0, 6.0))
         copy_tokens(p, copy_layer, copy_head, marked, "out", s.fraction(2.5, 3.5))
         for layer in range(N_LAYERS):
@@ -111,21 +104,15 @@ def generate(seed: int, level: str) -> Instance:
         if clean >= 2.0 and top >= 0.6 * clean and rest <= 0.2 * top:
             break
     copy_head = permute_heads(model, s)[copy_layer][copy_head]
-    return Instance(
-        task_id=TASK_ID,
-        level=level,
-        seed=seed,
-        family_version=VERSION,
-        model=model,
+    return hooked_instance(
+        TASK_ID,
+        VERSION,
+        seed,
+        level,
+        model,
         probe={"tokens": tokens, "targets": targets, "marked": marked},
-        config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=N_HEADS, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
-        truth={
-            "kind": "heads",
-            "n_layers": N_LAYERS,
-            "n_heads": N_HEADS,
-            "heads": [[copy_layer, copy_head]],
-            "roles": {f"L{copy_layer}H{copy_head}": "copy"},
-        },
+        roles={(copy_layer, copy_head): "copy"},
+        kind="heads",
     )

@@ -21,6 +21,7 @@ from ..circuits import (
     attend_offset,
     copy_tokens,
     distractor_job,
+    hooked_instance,
     margin,
     permute_heads,
 )
@@ -79,15 +80,9 @@ def generate(seed: int, level: str) -> Instance:
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
     while True:
         p = Planter(cfg, lay)
-        for t in toks:
-            p.W_E[t, lay.idx("tok", t)] = 1.0
-            p.W_E[t, lay.idx("const")] = 1.0
-            p.W_U[lay.idx("out", t), t] = 2.0
-            for f in flags:
-                if s.below(4) == 0:
-                    p.W_E[t, lay.idx(f)] = 1.0
-        for i in range(N_CTX):
-            p.W_pos[i, lay.idx("pos", i)] = 1.0
+        p.embed_basics(out_gain=2.0)
+        for f in flags:
+            p.flag_tokens(f, [t for t in toks if s.below(4) == 0])
         attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
         prev_gain = s.fraction(1.0, 3.0)  # the induction head's keys divide it out again
         copy_tokens(p, 0, prev_head, toks, "prev", prev_gain)
@@ -125,24 +120,16 @@ def generate(seed: int, level: str) -> Instance:
             break
     new_of = permute_heads(model, s)
     prev_head, ind_head = new_of[0][prev_head], new_of[1][ind_head]
-    roles = {f"L0H{prev_head}": "previous-token", f"L1H{ind_head}": "induction"}
-    return Instance(
-        task_id=TASK_ID,
-        level=level,
-        seed=seed,
-        family_version=VERSION,
-        model=model,
+    return hooked_instance(
+        TASK_ID,
+        VERSION,
+        seed,
+        level,
+        model,
         probe={"tokens": tokens},
-        config={"kind": "hooked-transformer", **cfg.to_dict()},
         prompt=prompt.TEXT.format(
             n_layers=N_LAYERS, n_heads=n_heads, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE, half=HALF, last=N_CTX - 2
         ),
         answer_schema=answer_schema(level),
-        truth={
-            "kind": "heads+roles",
-            "n_layers": N_LAYERS,
-            "n_heads": n_heads,
-            "heads": [[0, prev_head], [1, ind_head]],
-            "roles": roles,
-        },
+        roles={(0, prev_head): "previous-token", (1, ind_head): "induction"},
     )
