@@ -11,6 +11,7 @@ quantisation to the 2**-16 grid.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -291,3 +292,15 @@ def hooked_instance(
             **extra_truth,
         },
     )
+
+
+def single_head_ablations(
+    model: HookedTransformer, tokens: torch.Tensor, metric: Callable[[torch.Tensor], float]
+) -> dict[tuple[int, int], float]:
+    """``metric(logits)`` with each head zero-ablated alone, for every head. (One forward pass per
+    head: on CPU a single pass over a batch repeated per head measured slower, not faster.)"""
+    return {
+        (lay, h): metric(ablate_heads(model, tokens, [(lay, h)]))
+        for lay in range(model.cfg.n_layers)
+        for h in range(model.cfg.n_heads)
+    }

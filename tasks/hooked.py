@@ -116,6 +116,10 @@ class Attention(nn.Module):
         scores = self.hook_attn_scores(scores)
         pattern = self.hook_pattern(torch.softmax(scores, dim=-1))
         z = self.hook_z(torch.einsum("bhqk,bkhe->bqhe", pattern, v))
+        if not self.hook_result._handles:
+            # nobody looks at per-head results: skip the [batch, pos, head, d_model] tensor (as
+            # TransformerLens does without use_attn_result); identical output, n_heads times cheaper
+            return torch.einsum("bqhe,hed->bqd", z, self.W_O) + self.b_O
         result = self.hook_result(torch.einsum("bqhe,hed->bqhd", z, self.W_O))
         return result.sum(dim=2) + self.b_O
 

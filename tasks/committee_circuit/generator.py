@@ -26,6 +26,7 @@ from ..circuits import (
     hooked_instance,
     margin,
     permute_heads,
+    single_head_ablations,
 )
 from ..hooked import HookedConfig, HookedTransformer
 from ..rng import Stream
@@ -36,7 +37,7 @@ TASK_ID = "committee-circuit"
 VERSION = "1"
 ROLES = ("primary", "backup")
 N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 32
-LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.005), "hard": (10, 3, 0.008)}  # heads/layer, pairs, noise
+LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.005), "hard": (10, 3, 0.006)}  # heads/layer, pairs, noise
 SHARES = {2: ((0.80, 0.92), (0.55, 0.66)), 3: ((0.85, 0.95), (0.62, 0.72), (0.52, 0.58))}
 N_FLAGS, BOS = 3, 0
 
@@ -173,7 +174,7 @@ def generate(seed: int, level: str) -> Instance:
         flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
         plain = {"flags": flags}
         shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
-        backup_share = [s.fraction(0.12, 0.17) for _ in range(n_pairs)]
+        backup_share = [s.fraction(0.14, 0.2) for _ in range(n_pairs)]
         # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
         primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup_share[k] - 0.18) for k in range(n_pairs)]
         # a_off / a_on of each backup, so that ablating the primary alone costs `primary_drop`
@@ -182,7 +183,7 @@ def generate(seed: int, level: str) -> Instance:
         s_b = [s.fraction(4.5, 5.5) for _ in range(n_pairs)]
         tokens, targets = _probe(s, marked, plain_toks)
         mark_key = torch.isin(tokens, torch.tensor(marked)).float()
-        scale = 4.0  # clean margin, in logits
+        scale = 5.0  # clean margin, in logits
         delta = (sum(shares) - 1.0) * scale
         # Calibrate on a noise-free, unrotated build: attention of P on the marked token, and of B
         # with and without P; then solve the OV gains for the drawn shares.
@@ -257,8 +258,5 @@ def _satisfies_spec(model, tokens, targets, pairs, n_heads) -> bool:
     if min(takeover) < 0.12:
         return False
     members = {h for pair in pairs for h in pair}
-    for layer in range(N_LAYERS):
-        for head in range(n_heads):
-            if (layer, head) not in members and abs(eff["drop"]([(layer, head)])) > 0.04:
-                return False
-    return True
+    solo = single_head_ablations(model, tokens, lambda lg: mean_margin(lg, targets))
+    return all(abs(eff["clean"] - v) / eff["clean"] <= 0.04 for h, v in solo.items() if h not in members)

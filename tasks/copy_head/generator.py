@@ -15,13 +15,13 @@ from ..base import Instance
 from ..circuits import (
     Layout,
     Planter,
-    ablate_heads,
     attend_flag,
     copy_tokens,
     distractor_job,
     hooked_instance,
     margin,
     permute_heads,
+    single_head_ablations,
 )
 from ..hooked import HookedConfig
 from ..rng import Stream
@@ -94,11 +94,8 @@ def generate(seed: int, level: str) -> Instance:
         tokens, targets = _probe(s, vocab, marked)
         with torch.no_grad():
             clean = margin(model(tokens)[:, -1], targets).mean().item()
-        drops = {}
-        for layer in range(N_LAYERS):
-            for head in range(N_HEADS):
-                abl = ablate_heads(model, tokens, [(layer, head)])
-                drops[(layer, head)] = clean - margin(abl[:, -1], targets).mean().item()
+        after = single_head_ablations(model, tokens, lambda lg, t=targets: margin(lg[:, -1], t).mean().item())
+        drops = {head: clean - value for head, value in after.items()}
         top = drops[(copy_layer, copy_head)]
         rest = max(abs(v) for k, v in drops.items() if k != (copy_layer, copy_head))
         if clean >= 2.0 and top >= 0.6 * clean and rest <= 0.2 * top:

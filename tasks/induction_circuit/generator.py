@@ -17,13 +17,13 @@ from ..base import Instance
 from ..circuits import (
     Layout,
     Planter,
-    ablate_heads,
     attend_offset,
     copy_tokens,
     distractor_job,
     hooked_instance,
     margin,
     permute_heads,
+    single_head_ablations,
 )
 from ..hooked import HookedConfig
 from ..rng import Stream
@@ -109,11 +109,8 @@ def generate(seed: int, level: str) -> Instance:
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         clean = induction_margin(model, tokens)
-        drops = {}
-        for layer in range(N_LAYERS):
-            for head in range(n_heads):
-                logits = ablate_heads(model, tokens, [(layer, head)])
-                drops[(layer, head)] = clean - induction_margin(model, tokens, logits)
+        after = single_head_ablations(model, tokens, lambda lg, m=model, t=tokens: induction_margin(m, t, lg))
+        drops = {head: clean - value for head, value in after.items()}
         low = min(drops[(0, prev_head)], drops[(1, ind_head)])
         rest = max(abs(v) for k, v in drops.items() if k not in ((0, prev_head), (1, ind_head)))
         if clean >= 2.0 and low >= 0.5 * clean and rest <= 0.2 * low:
