@@ -130,12 +130,13 @@ def committee_effects(
     }
 
 
-def _plant(s: Stream, cfg: HookedConfig, lay: Layout, pairs, marked, plain, gains, default, delta) -> Planter:
+def _plant(cfg: HookedConfig, lay: Layout, pairs, marked, flags, gains, default, delta) -> Planter:
+    """The committee pairs, the embedding features and the default token's bias (no distractors)."""
     p = Planter(cfg, lay)
     p.embed_basics(out_gain=1.0)
     p.flag_tokens("sink", [BOS])
     p.flag_tokens("mark", marked)
-    for f, members in enumerate(plain["flags"]):
+    for f, members in enumerate(flags):
         p.flag_tokens(f"flag{f}", members)
     p.b_U[default] = delta
     for k, ((pl, ph), (bl, bh)) in enumerate(pairs):
@@ -172,7 +173,6 @@ def generate(seed: int, level: str) -> Instance:
         plain_toks = sorted(order[len(marked) :])
         default = plain_toks[s.below(len(plain_toks))]
         flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
-        plain = {"flags": flags}
         shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
         backup_share = [s.fraction(0.14, 0.2) for _ in range(n_pairs)]
         # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
@@ -185,10 +185,10 @@ def generate(seed: int, level: str) -> Instance:
         mark_key = torch.isin(tokens, torch.tensor(marked)).float()
         scale = 5.0  # clean margin, in logits
         delta = (sum(shares) - 1.0) * scale
-        # Calibrate on a noise-free, unrotated build: attention of P on the marked token, and of B
-        # with and without P; then solve the OV gains for the drawn shares.
+        # Calibrate on noise-free, unrotated builds: first the sink weight of each backup from its
+        # primary's attention, then the OV gains from the measured attentions and the drawn shares.
         gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0) for k in range(n_pairs)]
-        calib = _plant(s, cfg, lay, pairs, marked, plain, gains, default, 0.0).build(s, 0.0, rotate=False)
+        calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
         for k, (pp, _bb) in enumerate(pairs):
             a_p = _attention(calib, tokens, [], *pp, mark_key)
             # sink weight w so that the handled signal (about a_p) cuts B's attention by `takeover`
@@ -196,14 +196,14 @@ def generate(seed: int, level: str) -> Instance:
             sink = (e_b + N_CTX - 1) * takeover[k] - e_b - (N_CTX - 2)
             w = float(torch.log(torch.tensor(sink))) / a_p
             gains[k] = (1.0, 1.0, s_p[k], s_b[k], w)
-        calib = _plant(s, cfg, lay, pairs, marked, plain, gains, default, 0.0).build(s, 0.0, rotate=False)
+        calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
         for k, (pp, bb) in enumerate(pairs):
             a_p = _attention(calib, tokens, [], *pp, mark_key)
             a_on = _attention(calib, tokens, [], *bb, mark_key)
             g_b = backup_share[k] * scale / a_on
             g_p = (shares[k] - backup_share[k]) * scale / a_p
             gains[k] = (g_p, g_b, s_p[k], s_b[k], gains[k][4])
-        p = _plant(s, cfg, lay, pairs, marked, plain, gains, default, delta)
+        p = _plant(cfg, lay, pairs, marked, flags, gains, default, delta)
         members = {h for pair in pairs for h in pair}
         for layer in range(N_LAYERS):
             for head in range(n_heads):
