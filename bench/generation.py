@@ -30,7 +30,8 @@ def main() -> None:
                 fam.generate(seed, level)
                 times.append(time.perf_counter() - t0)
             print(
-                f"{fam.id:24} {level:7} {statistics.mean(times):7.3f} {statistics.median(times):7.3f} {max(times):7.3f}"
+                f"{fam.id:24} {level:7} {statistics.mean(times):7.3f} {statistics.median(times):7.3f} {max(times):7.3f}",
+                flush=True,
             )
 
 

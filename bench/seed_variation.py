@@ -47,7 +47,9 @@ def main() -> None:
             for cand in cands:
                 answer = [list(c) if isinstance(c, tuple) else c for c in cand]
                 best = max(best, sum(fam.grade(answer, t).score for t in first) / len(first))
-            print(f"{task_id:24} {level:7} {args.seeds:5d} {top / args.seeds:16.1%} {best:19.3f} {gen:7.3f}")
+            print(
+                f"{task_id:24} {level:7} {args.seeds:5d} {top / args.seeds:16.1%} {best:19.3f} {gen:7.3f}", flush=True
+            )
 
 
 if __name__ == "__main__":
