@@ -29,10 +29,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 fam.generate(seed, level)
                 times.append(time.perf_counter() - t0)
-            print(
-                f"{fam.id:24} {level:7} {statistics.mean(times):7.3f} {statistics.median(times):7.3f} {max(times):7.3f}",
-                flush=True,
-            )
+            mean, p50 = statistics.mean(times), statistics.median(times)
+            print(f"{fam.id:24} {level:7} {mean:7.3f} {p50:7.3f} {max(times):7.3f}", flush=True)
 
 
 if __name__ == "__main__":
