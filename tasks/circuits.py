@@ -80,9 +80,7 @@ class Planter:
             self.W_E[t, self.lay.idx(name)] = 1.0
 
     # -- helpers to write a head ------------------------------------------------------------
-    def qk(
-        self, layer: int, head: int, pairs: list[tuple[int, int, float]], bias_q: dict[int, float] | None = None
-    ) -> None:
+    def qk(self, layer: int, head: int, pairs: list[tuple[int, int, float]]) -> None:
         """Score contributions: for each (query residual dim, key residual dim, strength), the
         head's score gains ``strength`` * x_q[dim_q] * x_k[dim_k] (after the 1/sqrt(d_head) scale).
         Each pair uses its own head dimension, so pairs do not interfere (len(pairs) <= d_head)."""
@@ -92,8 +90,6 @@ class Planter:
             root = np.sqrt(abs(strength)) * scale
             self.W_Q[layer, head, dq, e] += root * np.sign(strength)
             self.W_K[layer, head, dk, e] += root
-        for e, value in (bias_q or {}).items():
-            self.b_Q[layer, head, e] += value
 
     def ov(self, layer: int, head: int, pairs: list[tuple[int, int, float]]) -> None:
         """Copy map: for each (source residual dim, destination residual dim, gain), the head

@@ -73,8 +73,10 @@ def test_cache_helpers(model: HookedTransformer, tokens: torch.Tensor) -> None:
     assert rlabels[-1] == "remainder"
     assert torch.allclose(rem.sum(0), cache["resid_post", -1], atol=1e-4)
     assert torch.allclose(cache["resid_post", -1] @ model.W_U + model.b_U, logits, atol=1e-4)
-    single = cache.remove_batch_dim() if tokens.shape[0] == 1 else None
-    assert single is None or single["embed"].dim() == 2
+    _, one = model.run_with_cache(tokens[:1])
+    single = one.remove_batch_dim()
+    assert single["embed"].shape == (tokens.shape[1], model.cfg.d_model)
+    assert torch.equal(single["pattern", 0], one["pattern", 0][0])
 
 
 def test_names_filter_and_remove_batch_dim(model: HookedTransformer, tokens: torch.Tensor) -> None:
