@@ -32,8 +32,8 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
-def instance_files(inst: Instance) -> dict[str, bytes]:
-    """The two files of one instance, as bytes: weights+probe tensors, and the public config."""
+def public_tensors(inst: Instance) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The instance's public tensors (``model.*`` weights, ``probe.*`` inputs) and its JSON probe values."""
     tensors = {f"model.{k}": v.detach().contiguous() for k, v in inst.model.state_dict().items()}
     other: dict[str, Any] = {}
     for key, value in inst.probe.items():
@@ -41,6 +41,12 @@ def instance_files(inst: Instance) -> dict[str, bytes]:
             tensors[f"probe.{key}"] = value.detach().contiguous()
         else:
             other[key] = _json_safe(value)
+    return tensors, other
+
+
+def instance_files(inst: Instance) -> dict[str, bytes]:
+    """The two files of one instance, as bytes: weights+probe tensors, and the public config."""
+    tensors, other = public_tensors(inst)
     stem = f"{inst.task_id}/{inst.level}/seed{inst.seed}"
     config = {
         "task_id": inst.task_id,

@@ -1,0 +1,316 @@
+"""Read-only module facades: the only "modules" a snippet ever sees.
+
+Why: a real ``torch`` or ``numpy`` module object re-exports ``os``, ``sys``, ``ctypes``, ``pickle``
+and the whole package from every submodule (``torch.fft.torch.os``, ``np.f2py.subprocess``), and
+``from torch import os`` never passes through the attribute guard. So each module a snippet may use
+is replaced by a ``Facade``: a slotted namespace over an explicit allow-list of members, which
+raises a fresh ``AttributeError`` (no ``.obj``) for everything else and refuses every write. The
+allow-lists are explicit (never "``dir(module)`` minus a denylist"); the few patterns subtracted from
+torch's ATen op list remove file, storage, pointer, quantisation and global-state entry points that
+ship in the same C table as the maths.
+
+The import hook maps ``import x``, ``import x.y as z`` and ``from x import y`` onto the same
+facades. Imports that torch and numpy make from C while a snippet runs (``PyImport_Import`` uses the
+calling frame's ``__import__``) pass a ``list`` as ``fromlist``; the statement form passes a tuple or
+None, so the two are told apart and library-internal imports keep working.
+"""
+
+from __future__ import annotations
+
+import builtins
+import collections
+import copy
+import functools
+import heapq
+import itertools
+import json
+import math
+import random
+import re
+import statistics
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.autograd.functional
+import torch.fft
+import torch.functional
+import torch.linalg
+import torch.nn.functional
+import torch.nn.init
+import torch.optim
+import torch.special
+from torch import nn
+
+#: Members refused on purpose, with the reason shown to the agent.
+REFUSED_REASONS: dict[str, str] = {}
+
+
+def _refuse(reason: str, names: str) -> None:
+    for name in names.split():
+        REFUSED_REASONS[name] = reason
+
+
+_refuse(
+    "file and pickle I/O are not available in the sandbox",
+    "load save from_file frombuffer fromfile tofile dump dumps loads memmap open_memmap loadtxt savetxt "
+    "genfromtxt fromregex savez savez_compressed DataSource serialization hub package",
+)
+_refuse(
+    "TorchScript, compilers and code generation are not available in the sandbox",
+    "jit compile fx export CompilationUnit import_ir_module cpp_extension library ops classes cond while_loop "
+    "compiler f2py ctypeslib testing",
+)
+_refuse(
+    "storages and raw memory are not available in the sandbox",
+    "as_strided as_strided_ empty_strided storage untyped_storage UntypedStorage TypedStorage data_ptr "
+    "ctypes stride_tricks lib set_",
+)
+_refuse(
+    "processes and threads are not available in the sandbox",
+    "multiprocessing fork wait distributed utils",
+)
+_refuse(
+    "global settings are fixed in the sandbox",
+    "set_num_threads set_default_dtype set_printoptions set_grad_enabled set_default_device "
+    "use_deterministic_algorithms set_flush_denormal seterr set_string_function",
+)
+_refuse("system modules are not available in the sandbox", "os sys subprocess builtins importlib inspect platform")
+
+
+class Facade:
+    """A read-only namespace standing in for a module."""
+
+    __slots__ = ("_members", "_name")
+
+    def __init__(self, name: str, members: dict[str, Any]):
+        object.__setattr__(self, "_name", name)
+        object.__setattr__(self, "_members", dict(members))
+
+    def __getattr__(self, attr: str) -> Any:
+        members = object.__getattribute__(self, "_members")
+        if attr in members:
+            return members[attr]
+        name = object.__getattribute__(self, "_name")
+        reason = REFUSED_REASONS.get(attr)
+        if reason:
+            raise AttributeError(f"{name}.{attr} is refused: {reason}") from None
+        raise AttributeError(f"{name}.{attr} is not available in the sandbox") from None
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise TypeError(f"{self._name} is read-only in the sandbox")
+
+    def __delattr__(self, attr: str) -> None:
+        raise TypeError(f"{self._name} is read-only in the sandbox")
+
+    def __dir__(self) -> list[str]:
+        return sorted(self._members)
+
+    def __repr__(self) -> str:
+        return f"<sandbox module {self._name!r}>"
+
+    @property
+    def member_names(self) -> list[str]:
+        return sorted(self._members)
+
+
+def _pick(module: Any, names: Iterable[str]) -> dict[str, Any]:
+    """The named members of ``module``; a name the installed version lacks is skipped."""
+    return {n: getattr(module, n) for n in names if hasattr(module, n)}
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+# --- torch -------------------------------------------------------------------------------------
+
+_TORCH_OP_REFUSED = re.compile(
+    r"^(as_strided|empty_strided|from_file|frombuffer|asarray|fork|wait|cond|while_loop|import_ir_module|"
+    r"get_file_path|resize_as_sparse_|dequantize|pin_memory|is_vulkan_available|cudnn_|miopen_|mkldnn_|fbgemm_|"
+    r"set_|sym_)|dlpack|quantiz|autocast|sparse|storage|share_memory|_jit"
+)
+
+_TORCH_EXTRA = _words(
+    """
+    Tensor Size dtype device finfo iinfo Generator tensor as_tensor from_numpy is_tensor is_floating_point
+    is_complex numel manual_seed seed initial_seed no_grad enable_grad inference_mode is_grad_enabled
+    get_default_dtype broadcast_shapes einsum
+    float float16 float32 float64 half double bfloat16 complex64 complex128 cfloat cdouble
+    int int8 int16 int32 int64 short long uint8 bool
+    inf nan pi e newaxis
+    """
+)
+
+
+def torch_op_names() -> list[str]:
+    """Public ATen tensor ops plus ``torch.functional.__all__``, minus the refused patterns."""
+    ops = {n for n in dir(torch._C._VariableFunctions) if not n.startswith("_")}
+    ops |= set(torch.functional.__all__)
+    return sorted(n for n in ops if hasattr(torch, n) and not _TORCH_OP_REFUSED.search(n))
+
+
+_NN_LAYERS = _words(
+    """
+    Module Sequential ModuleList ModuleDict Parameter ParameterList ParameterDict Linear Bilinear Identity
+    Embedding EmbeddingBag LayerNorm RMSNorm BatchNorm1d GroupNorm Dropout Flatten Unflatten Conv1d Conv2d
+    ReLU GELU SiLU Tanh Sigmoid Softmax LogSoftmax LeakyReLU ELU Softplus Mish Hardtanh Softsign
+    MultiheadAttention MSELoss L1Loss CrossEntropyLoss NLLLoss BCELoss BCEWithLogitsLoss KLDivLoss
+    HuberLoss SmoothL1Loss CosineSimilarity PairwiseDistance
+    """
+)
+
+_NN_FUNCTIONAL = _words(
+    """
+    linear bilinear relu relu6 gelu silu elu selu celu leaky_relu softplus softsign mish tanh sigmoid
+    hardtanh hardsigmoid hardswish logsigmoid tanhshrink softshrink hardshrink glu softmax softmin
+    log_softmax gumbel_softmax normalize layer_norm rms_norm group_norm batch_norm dropout embedding
+    one_hot pad conv1d conv2d avg_pool1d max_pool1d avg_pool2d max_pool2d adaptive_avg_pool1d
+    cosine_similarity pairwise_distance pdist mse_loss l1_loss cross_entropy nll_loss kl_div
+    binary_cross_entropy binary_cross_entropy_with_logits huber_loss smooth_l1_loss
+    scaled_dot_product_attention interpolate unfold fold
+    """
+)
+
+_NN_INIT = _words(
+    """
+    calculate_gain constant_ zeros_ ones_ eye_ normal_ uniform_ trunc_normal_ orthogonal_
+    xavier_uniform_ xavier_normal_ kaiming_uniform_ kaiming_normal_
+    """
+)
+
+_OPTIM = _words("Optimizer SGD Adam AdamW Adagrad RMSprop LBFGS Rprop Adamax NAdam RAdam")
+_AUTOGRAD = _words("grad backward Function no_grad enable_grad inference_mode")
+_AUTOGRAD_FUNCTIONAL = _words("jacobian hessian vjp jvp hvp vhp")
+
+
+def _module_all(module: Any) -> list[str]:
+    names = getattr(module, "__all__", None) or [n for n in dir(module) if not n.startswith("_")]
+    return [n for n in names if callable(getattr(module, n, None)) or n == "LinAlgError"]
+
+
+def build_torch() -> dict[str, Facade]:
+    functional = Facade("torch.nn.functional", _pick(torch.nn.functional, _NN_FUNCTIONAL))
+    init = Facade("torch.nn.init", _pick(torch.nn.init, _NN_INIT))
+    nn_facade = Facade("torch.nn", {**_pick(nn, _NN_LAYERS), "functional": functional, "init": init})
+    linalg = Facade("torch.linalg", _pick(torch.linalg, [n for n in _module_all(torch.linalg) if n != "common_notes"]))
+    fft = Facade("torch.fft", _pick(torch.fft, [n for n in torch.fft.__all__ if n != "Tensor"]))
+    special = Facade("torch.special", _pick(torch.special, torch.special.__all__))
+    autograd_functional = Facade("torch.autograd.functional", _pick(torch.autograd.functional, _AUTOGRAD_FUNCTIONAL))
+    autograd = Facade("torch.autograd", {**_pick(torch.autograd, _AUTOGRAD), "functional": autograd_functional})
+    optim = Facade("torch.optim", _pick(torch.optim, _OPTIM))
+    members = _pick(torch, torch_op_names() + _TORCH_EXTRA)
+    members.update(nn=nn_facade, fft=fft, linalg=linalg, special=special, autograd=autograd, optim=optim)
+    top = Facade("torch", members)
+    return {
+        "torch": top,
+        "torch.nn": nn_facade,
+        "torch.nn.functional": functional,
+        "torch.nn.init": init,
+        "torch.fft": fft,
+        "torch.linalg": linalg,
+        "torch.special": special,
+        "torch.autograd": autograd,
+        "torch.autograd.functional": autograd_functional,
+        "torch.optim": optim,
+    }
+
+
+# --- numpy -------------------------------------------------------------------------------------
+
+_NUMPY = _words(
+    """
+    ndarray dtype generic number integer floating complexfloating bool_ float16 float32 float64 int8 int16
+    int32 int64 uint8 uint16 uint32 uint64 complex64 complex128 intp
+    array asarray asanyarray ascontiguousarray copy zeros zeros_like ones ones_like empty empty_like full
+    full_like eye identity arange linspace logspace geomspace meshgrid mgrid ogrid indices diag diagflat
+    tri tril triu vander fromfunction fromiter
+    reshape ravel transpose swapaxes moveaxis expand_dims squeeze concatenate stack vstack hstack dstack
+    column_stack split array_split hsplit vsplit tile repeat flip fliplr flipud roll rot90 broadcast_to
+    broadcast_arrays atleast_1d atleast_2d atleast_3d pad append insert delete resize trim_zeros
+    abs absolute sign sqrt square exp exp2 expm1 log log2 log10 log1p sin cos tan arcsin arccos arctan
+    arctan2 sinh cosh tanh arcsinh arccosh arctanh hypot degrees radians deg2rad rad2deg floor ceil trunc
+    rint round around fix add subtract multiply divide true_divide floor_divide power float_power mod
+    remainder fmod divmod negative positive reciprocal maximum minimum fmax fmin clip heaviside gcd lcm
+    real imag conj conjugate angle isnan isinf isfinite isclose allclose array_equal array_equiv
+    nan_to_num sum prod cumsum cumprod mean median average std var nansum nanprod nanmean nanmedian
+    nanstd nanvar nanmax nanmin nanargmax nanargmin max min amax amin argmax argmin ptp percentile quantile
+    nanpercentile nanquantile histogram histogram2d bincount digitize cov corrcoef correlate convolve
+    diff gradient trapezoid interp cross dot vdot inner outer matmul tensordot einsum kron trace
+    sort argsort lexsort partition argpartition searchsorted unique nonzero flatnonzero argwhere where
+    extract count_nonzero any all logical_and logical_or logical_not logical_xor greater greater_equal
+    less less_equal equal not_equal isin intersect1d union1d setdiff1d setxor1d
+    bitwise_and bitwise_or bitwise_xor invert left_shift right_shift
+    floor_divide sinc i0 unravel_index ravel_multi_index diag_indices triu_indices tril_indices
+    shape ndim size result_type promote_types can_cast finfo iinfo issubdtype
+    pi e inf nan newaxis euler_gamma
+    """
+)
+
+_NP_RANDOM = _words(
+    """
+    default_rng Generator PCG64 SeedSequence seed rand randn randint random normal uniform choice
+    permutation shuffle standard_normal binomial poisson exponential
+    """
+)
+
+
+def build_numpy() -> dict[str, Facade]:
+    linalg = Facade("numpy.linalg", _pick(np.linalg, np.linalg.__all__))
+    fft = Facade("numpy.fft", _pick(np.fft, np.fft.__all__))
+    rnd = Facade("numpy.random", _pick(np.random, _NP_RANDOM))
+    top = Facade("numpy", {**_pick(np, _NUMPY), "linalg": linalg, "fft": fft, "random": rnd})
+    return {"numpy": top, "numpy.linalg": linalg, "numpy.fft": fft, "numpy.random": rnd}
+
+
+# --- stdlib ------------------------------------------------------------------------------------
+
+_STDLIB: dict[str, tuple[Any, str]] = {
+    "math": (math, " ".join(n for n in dir(math) if not n.startswith("_"))),
+    "itertools": (itertools, " ".join(n for n in dir(itertools) if not n.startswith("_"))),
+    "collections": (collections, "Counter defaultdict OrderedDict deque namedtuple ChainMap"),
+    "functools": (functools, "reduce partial lru_cache cache cmp_to_key total_ordering wraps"),
+    "statistics": (
+        statistics,
+        "mean fmean median median_low median_high mode multimode stdev pstdev variance pvariance quantiles "
+        "geometric_mean harmonic_mean correlation covariance linear_regression StatisticsError",
+    ),
+    "heapq": (heapq, "heappush heappop heapify heapreplace heappushpop nlargest nsmallest merge"),
+    "json": (json, "dumps loads JSONDecodeError"),
+    "random": (
+        random,
+        "seed random randint randrange choice choices shuffle sample uniform gauss normalvariate getrandbits Random",
+    ),
+    "re": (re, "compile match fullmatch search findall finditer sub subn split escape IGNORECASE MULTILINE DOTALL"),
+    "copy": (copy, "copy deepcopy"),
+}
+
+
+def build_stdlib() -> dict[str, Facade]:
+    return {name: Facade(name, _pick(module, _words(names))) for name, (module, names) in _STDLIB.items()}
+
+
+def build_facades() -> dict[str, Facade]:
+    """Every importable name mapped to its facade (``torch.nn.functional`` included)."""
+    return {**build_torch(), **build_numpy(), **build_stdlib()}
+
+
+def make_import(facades: dict[str, Facade]) -> Any:
+    """The sandbox ``__import__``: facades for statements, the real import for library C code."""
+    real_import = builtins.__import__
+    importable = ", ".join(sorted(n for n in facades if "." not in n))
+
+    def sandbox_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        if type(fromlist) is list:  # PyImport_Import from torch/numpy C code, never an import statement
+            return real_import(name, globals, locals, fromlist, level)
+        if level != 0:
+            raise ImportError("relative imports are not available in the sandbox")
+        if type(name) is not str or name not in facades:
+            top = name.split(".")[0] if type(name) is str else name
+            raise ImportError(f"module {top!r} is not available in the sandbox; importable: {importable}")
+        if fromlist:
+            return facades[name]
+        return facades[name.split(".")[0]]
+
+    return sandbox_import

@@ -1,0 +1,427 @@
+"""Server side of the sandbox: the zygote, the warm worker pool, per-session handles, the watchdog.
+
+Why this shape (measurements in ../shared/research/sandbox.md §4): forking a preloaded zygote costs
+about 20 ms, so a small pool of pre-forked, pre-hardened, model-less workers makes a reset cost
+only the model transfer. The wall-clock limit cannot live inside the worker (a snippet can swallow
+any exception), so the server kills the worker's process group from outside and the session gets a
+fresh worker next time (``namespace_reset``). A watchdog thread polls every worker's private memory
+and kills the largest when the pool exceeds its budget. Nothing here compiles or runs snippet code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from .frames import FrameError, recv_frame, send_frame
+from .payload import ModelPayload
+from .settings import KNOWN_LAYERS, SandboxSettings
+from .solution import AnswerError, to_json_answer
+
+log = logging.getLogger("mechsandbox.sandbox")
+
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL")
+MAX_REPLY = 1024 * 1024 + 4096
+ZYGOTE_START_TIMEOUT = 120.0
+
+
+class SandboxUnavailable(RuntimeError):
+    """The zygote is down or the pool is closed."""
+
+
+class WorkerLost(Exception):
+    """The worker died or was killed; ``reason`` says why in words for the agent."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def scrubbed_environment() -> dict[str, str]:
+    """The zygote's environment: an allowlist, never tokens, keys or salts."""
+    env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWLIST or k.startswith("OPENBLAS_")}
+    env.setdefault("PATH", "/usr/bin:/bin")
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0")
+    return env
+
+
+def private_memory(pid: int) -> int:
+    """Resident minus shared pages (cheap; /proc/<pid>/statm), in bytes; 0 if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            parts = f.read().split()
+        return (int(parts[1]) - int(parts[2])) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class Worker:
+    """One sandboxed worker process, as the server sees it: a pid and a framed socket."""
+
+    def __init__(self, pid: int, sock: socket.socket, slot: int):
+        self.pid, self.sock, self.slot = pid, sock, slot
+        self.isolation: dict[str, str] = {}
+        self.dead_reason: str | None = None
+        self.lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        return self.dead_reason is None
+
+    def handshake(self, timeout: float) -> None:
+        self.sock.settimeout(timeout)
+        hello, _ = recv_frame(self.sock, MAX_REPLY)
+        self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
+
+    def request(self, message: dict[str, Any], timeout: float, blob: bytes = b"") -> dict[str, Any]:
+        if not self.alive:
+            raise WorkerLost(self.dead_reason or "the worker is gone")
+        try:
+            self.sock.settimeout(timeout)
+            send_frame(self.sock, message, blob)
+            reply, _ = recv_frame(self.sock, MAX_REPLY)
+            return reply
+        except TimeoutError:
+            self.kill(f"the snippet ran longer than the {timeout:g} s wall-clock limit")
+        except (FrameError, OSError):
+            self.kill("the worker process died (crash or forced exit)")
+        raise WorkerLost(self.dead_reason or "the worker is gone")
+
+    def kill(self, reason: str) -> None:
+        if self.dead_reason is None:
+            self.dead_reason = reason
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
+class Zygote:
+    """The preloaded parent of every worker, started with fork+exec and a scrubbed environment."""
+
+    def __init__(self, settings: SandboxSettings, workdir: str):
+        self.settings = settings
+        self.lock = threading.Lock()
+        control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        hardening = {
+            "workdir": workdir,
+            "address_space": 0,
+            "cpu_seconds": settings.cpu_seconds,
+            "uid_drop": settings.uid_drop,
+            "landlock": settings.landlock,
+            "seccomp": settings.seccomp,
+            "rlimits": settings.rlimits,
+        }
+        config = {
+            "fd": child_end.fileno(),
+            "parent": os.getpid(),
+            "hardening": hardening,
+            "worker_memory": settings.worker_memory_mb * 1024 * 1024,
+            "limits": {
+                "output_cap": settings.output_cap,
+                "error_cap": settings.error_cap,
+                "test_unrestricted": settings.test_unrestricted,
+            },
+        }
+        started = time.perf_counter()
+        self.process = subprocess.Popen(
+            [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)],
+            env=scrubbed_environment(),
+            cwd=workdir,
+            pass_fds=(child_end.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            close_fds=True,
+        )
+        child_end.close()
+        self.control = control
+        control.settimeout(ZYGOTE_START_TIMEOUT)
+        try:
+            ready = json.loads(control.recv(65536) or b"{}")
+        except (OSError, ValueError) as exc:
+            self.stop()
+            raise SandboxUnavailable(f"the sandbox zygote did not start: {exc}") from None
+        if not ready.get("ready"):
+            self.stop()
+            raise SandboxUnavailable(f"the sandbox zygote did not start (exit code {self.process.poll()})")
+        control.settimeout(30.0)
+        self.start_seconds = time.perf_counter() - started
+        self.pid = int(ready["pid"])
+        self.address_space = int(ready["address_space"])
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def spawn(self, slot: int) -> Worker:
+        with self.lock:
+            try:
+                self.control.send(json.dumps({"op": "spawn", "slot": slot}).encode())
+                data, fds, _flags, _addr = socket.recv_fds(self.control, 65536, 1)
+            except OSError as exc:
+                raise SandboxUnavailable(f"the sandbox zygote is not answering: {exc}") from None
+        if not data or not fds:
+            raise SandboxUnavailable("the sandbox zygote closed its control socket")
+        info = json.loads(data)
+        worker = Worker(int(info["pid"]), socket.socket(fileno=fds[0]), slot)
+        try:
+            worker.handshake(timeout=30.0)
+        except (FrameError, OSError):
+            worker.kill("the worker failed to start")
+            raise SandboxUnavailable("a sandbox worker failed to start") from None
+        return worker
+
+    def stop(self) -> None:
+        with contextlib.suppress(OSError):
+            self.control.close()
+        if self.process.poll() is None:
+            self.process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+
+@dataclass
+class RunResult:
+    """One snippet's outcome, as the environment layer needs it."""
+
+    stdout: str
+    error: str | None
+    output_truncated: bool = False
+    namespace_reset: bool = False
+    seconds: float = 0.0
+
+
+class SandboxPool:
+    """Zygote + warm pool + watchdog. Thread-safe; one instance per server."""
+
+    def __init__(self, settings: SandboxSettings | None = None):
+        self.settings = settings or SandboxSettings.from_env()
+        self.workdir = tempfile.mkdtemp(prefix="mechsandbox-empty-")
+        os.chmod(self.workdir, 0o555)
+        self.zygote: Zygote | None = None
+        self.warm: deque[Worker] = deque()
+        self.workers: dict[int, Worker] = {}
+        self.free_slots = list(range(self.settings.max_workers))
+        self.lock = threading.Lock()
+        self.refill_wanted = threading.Event()
+        self.closed = threading.Event()
+        self.isolation: dict[str, str] = {}
+        self.memory_kills = 0
+        self.threads: list[threading.Thread] = []
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    def start(self) -> SandboxPool:
+        self.zygote = Zygote(self.settings, self.workdir)
+        first = self._spawn()
+        self.isolation = dict(first.isolation)
+        missing = [layer for layer in self.settings.require if self.isolation.get(layer) != "active"]
+        if missing:
+            self.close()
+            detail = "; ".join(f"{m}: {self.isolation.get(m, 'unknown')}" for m in missing)
+            raise SandboxUnavailable(f"required isolation layers are not active ({detail})")
+        self.warm.append(first)
+        for target, name in ((self._refill_loop, "sandbox-refill"), (self._watchdog_loop, "sandbox-watchdog")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self.threads.append(thread)
+        self.refill_wanted.set()
+        return self
+
+    def close(self) -> None:
+        self.closed.set()
+        self.refill_wanted.set()
+        with self.lock:
+            workers = list(self.workers.values())
+            self.warm.clear()
+        for worker in workers:
+            worker.kill("the sandbox was shut down")
+        if self.zygote:
+            self.zygote.stop()
+        for thread in self.threads:
+            thread.join(timeout=2)
+        with contextlib.suppress(OSError):
+            os.rmdir(self.workdir)
+
+    def __enter__(self) -> SandboxPool:
+        return self.start() if self.zygote is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def healthy(self) -> bool:
+        return self.zygote is not None and self.zygote.alive and not self.closed.is_set()
+
+    def status(self) -> dict[str, Any]:
+        layers = {layer: self.isolation.get(layer, "unknown") for layer in KNOWN_LAYERS}
+        return {
+            "healthy": self.healthy(),
+            "layers": layers,
+            "active": [k for k, v in layers.items() if v == "active"],
+            "landlock_abi": self.isolation.get("landlock_abi"),
+            "warm_workers": len(self.warm),
+            "workers": len(self.workers),
+            "memory_kills": self.memory_kills,
+            "settings": {k: v for k, v in asdict(self.settings).items() if k != "test_unrestricted"},
+        }
+
+    # --- workers -------------------------------------------------------------------------------
+
+    def _spawn(self) -> Worker:
+        if self.zygote is None or self.closed.is_set():
+            raise SandboxUnavailable("the sandbox is not running")
+        with self.lock:
+            if not self.free_slots:
+                raise SandboxUnavailable(f"all {self.settings.max_workers} sandbox workers are in use")
+            slot = self.free_slots.pop(0)
+        try:
+            worker = self.zygote.spawn(slot)
+        except SandboxUnavailable:
+            with self.lock:
+                self.free_slots.append(slot)
+            raise
+        with self.lock:
+            self.workers[worker.pid] = worker
+        return worker
+
+    def take_worker(self) -> Worker:
+        """A ready, hardened worker without a model (from the warm pool when one is there)."""
+        with self.lock:
+            worker = self.warm.popleft() if self.warm else None
+        self.refill_wanted.set()
+        return worker if worker is not None else self._spawn()
+
+    def release(self, worker: Worker, reason: str = "the session ended") -> None:
+        worker.kill(reason)
+        with self.lock:
+            if self.workers.pop(worker.pid, None) is not None:
+                self.free_slots.append(worker.slot)
+
+    def _refill_loop(self) -> None:
+        while not self.closed.is_set():
+            self.refill_wanted.wait(timeout=1.0)
+            self.refill_wanted.clear()
+            while not self.closed.is_set() and len(self.warm) < self.settings.pool_size:
+                try:
+                    worker = self._spawn()
+                except SandboxUnavailable as exc:
+                    log.warning("sandbox refill failed: %s", exc)
+                    time.sleep(0.5)
+                    break
+                with self.lock:
+                    self.warm.append(worker)
+
+    def _watchdog_loop(self) -> None:
+        budget = self.settings.budget_bytes()
+        while not self.closed.wait(self.settings.watchdog_interval):
+            with self.lock:
+                workers = list(self.workers.values())
+            usage = {w: private_memory(w.pid) for w in workers if w.alive}
+            for worker in workers:
+                if worker.alive and not os.path.exists(f"/proc/{worker.pid}"):
+                    worker.dead_reason = "the worker process died (crash or forced exit)"
+            if sum(usage.values()) > budget and usage:
+                largest = max(usage, key=usage.__getitem__)
+                self.memory_kills += 1
+                log.warning("memory budget exceeded: killing worker %d (%d MiB)", largest.pid, usage[largest] >> 20)
+                largest.kill("memory budget exceeded; namespace reset")
+
+    # --- sessions ------------------------------------------------------------------------------
+
+    def open_session(self, payload: ModelPayload) -> SandboxSession:
+        return SandboxSession(self, payload)
+
+
+class SandboxSession:
+    """One episode's namespace: a worker holding the public model, replaced when it is lost."""
+
+    def __init__(self, pool: SandboxPool, payload: ModelPayload):
+        self.pool, self.payload = pool, payload
+        self.worker: Worker | None = None
+        self.lock = threading.Lock()
+        self.resets = 0
+        self._ensure_worker()
+
+    def _ensure_worker(self) -> bool:
+        """Give the session a loaded worker; True when a previous one was lost (namespace reset)."""
+        if self.worker is not None and self.worker.alive:
+            return False
+        lost = self.worker is not None
+        if lost:
+            self.pool.release(self.worker, self.worker.dead_reason or "lost")
+            self.resets += 1
+        worker = self.pool.take_worker()
+        try:
+            reply = worker.request({"op": "load", **self.payload.header}, timeout=60.0, blob=self.payload.blob)
+        except WorkerLost as exc:
+            self.pool.release(worker)
+            raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None
+        if reply.get("error"):
+            self.pool.release(worker)
+            raise SandboxUnavailable(f"the model could not be loaded: {reply['error']}")
+        self.worker = worker
+        return lost
+
+    def run(self, code: str) -> RunResult:
+        wall = self.pool.settings.wall_seconds
+        with self.lock:
+            reset_before = self._ensure_worker()
+            assert self.worker is not None
+            try:
+                reply = self.worker.request(
+                    {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}, timeout=wall
+                )
+            except WorkerLost as exc:
+                return RunResult(stdout="", error=f"{exc.reason}; namespace reset", namespace_reset=True)
+        return RunResult(
+            stdout=str(reply.get("stdout", "")),
+            error=reply.get("error"),
+            output_truncated=bool(reply.get("output_truncated")),
+            namespace_reset=reset_before,
+            seconds=float(reply.get("seconds", 0.0)),
+        )
+
+    def solution_from(self, name: str) -> tuple[Any, str | None]:
+        """(answer, None) or (None, error): the variable converted in the worker, re-validated here."""
+        with self.lock:
+            self._ensure_worker()
+            assert self.worker is not None
+            try:
+                reply = self.worker.request({"op": "solution", "name": name}, timeout=self.pool.settings.wall_seconds)
+            except WorkerLost as exc:
+                return None, f"{exc.reason}; namespace reset"
+        if reply.get("error") or "value" not in reply:
+            return None, str(reply.get("error") or "no value")
+        try:
+            return to_json_answer(reply["value"]), None
+        except AnswerError as exc:
+            return None, str(exc)
+
+    def unrestricted(self, code: str) -> dict[str, Any]:
+        """Test-only (``test_unrestricted`` pools): plain Python in the hardened worker."""
+        with self.lock:
+            self._ensure_worker()
+            assert self.worker is not None
+            return self.worker.request({"op": "unrestricted", "code": code}, timeout=self.pool.settings.wall_seconds)
+
+    @property
+    def pid(self) -> int | None:
+        return self.worker.pid if self.worker else None
+
+    def close(self) -> None:
+        with self.lock:
+            if self.worker is not None:
+                self.pool.release(self.worker)
+                self.worker = None

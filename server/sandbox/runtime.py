@@ -1,0 +1,171 @@
+"""What runs inside a worker: the persistent namespace, snippet execution and answer conversion.
+
+Why here and not in the server: compiling and running snippet code, and converting
+``solution_from`` values, happen only in the hardened worker, so a hostile snippet or a snippet
+object with a cunning ``__eq__`` never reaches the server's heap. The server receives plain JSON.
+
+Errors are reported as ``line N: Type: message`` with the snippet's own line numbers, a capped
+message and library paths scrubbed; the snippet's source text and library frames never appear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+import time
+import traceback
+import warnings
+from typing import Any
+
+import safetensors.torch
+
+from ...tasks.architecture import build
+from ...tasks.hooked import HookedTransformer, utils
+from .facade import Facade, make_import
+from .policy import (
+    SNIPPET_FILENAME,
+    OutputBuffer,
+    OutputLimit,
+    SandboxError,
+    compile_snippet,
+    make_globals,
+)
+from .solution import AnswerError, to_json_answer
+
+MAX_SOURCE = 64 * 1024
+
+
+class SoftTimeout(BaseException):
+    """Raised by the in-worker timer shortly before the server's hard kill."""
+
+
+def _scrub_paths(text: str) -> str:
+    for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path[1:]}, key=len, reverse=True):
+        if prefix and len(prefix) > 1:
+            text = text.replace(prefix, "<lib>")
+    return text
+
+
+def format_error(exc: BaseException, cap: int) -> str:
+    """``line 7 <- line 12: ValueError: message`` (innermost snippet line first)."""
+    tb = traceback.walk_tb(exc.__traceback__)
+    lines = [ln for f, ln in tb if f.f_code.co_filename == SNIPPET_FILENAME and ln is not None]
+    where = " <- ".join(f"line {ln}" for ln in reversed(lines[-4:]))
+    try:
+        message = str(exc)
+    except Exception:  # a snippet exception whose __str__ fails
+        message = "<unprintable message>"
+    text = _scrub_paths(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    text = " ".join(text.split())
+    text = f"{where}: {text}" if where else text
+    return text if len(text) <= cap else text[: cap - 15] + " ... [truncated]"
+
+
+class Runtime:
+    """One session's namespace inside a worker."""
+
+    def __init__(self, facades: dict[str, Facade], output_cap: int = 64 * 1024, error_cap: int = 2048):
+        self.facades = facades
+        self.import_hook = make_import(facades)
+        self.output_cap = output_cap
+        self.error_cap = error_cap
+        self.buffer = OutputBuffer(output_cap)
+        self.globals: dict[str, Any] | None = None
+
+    def base_namespace(self) -> dict[str, Any]:
+        f = self.facades
+        return {
+            "torch": f["torch"],
+            "nn": f["torch.nn"],
+            "F": f["torch.nn.functional"],
+            "np": f["numpy"],
+            "math": f["math"],
+            "json": f["json"],
+        }
+
+    def load(self, header: dict[str, Any], blob: bytes) -> None:
+        """Build the public model and probe from an architecture record and safetensors bytes."""
+        tensors = safetensors.torch.load(blob)
+        model = build(header["arch"])
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
+        namespace: dict[str, Any] = {"model": model}
+        namespace.update({k[6:]: v for k, v in tensors.items() if k.startswith("probe.")})
+        namespace.update(header.get("probe", {}))
+        if isinstance(model, HookedTransformer):
+            namespace["utils"] = utils
+        self.install(namespace)
+
+    def install(self, namespace: dict[str, Any]) -> None:
+        self.globals = make_globals({**self.base_namespace(), **namespace}, lambda: self.buffer, self.import_hook)
+
+    def run(self, source: str, soft_timeout: float | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        self.buffer = OutputBuffer(self.output_cap)
+        error = self._execute(source, soft_timeout)
+        return {
+            "stdout": self.buffer.getvalue(),
+            "error": error,
+            "output_truncated": self.buffer.truncated,
+            "seconds": round(time.perf_counter() - started, 6),
+        }
+
+    def _execute(self, source: str, soft_timeout: float | None) -> str | None:
+        if self.globals is None:
+            return "SandboxError: no model is loaded in this worker"
+        if len(source.encode("utf-8", "replace")) > MAX_SOURCE:
+            return f"SandboxError: the snippet is larger than {MAX_SOURCE} bytes"
+        try:
+            code = compile_snippet(source)
+        except SandboxError as exc:
+            return str(exc)
+        except BaseException as exc:
+            return f"SyntaxError: the snippet cannot be compiled ({type(exc).__name__})"
+        out, err = sys.stdout, sys.stderr
+        previous = signal.getsignal(signal.SIGALRM)
+        try:
+            sys.stdout = sys.stderr = self.buffer
+            if soft_timeout:
+                signal.signal(signal.SIGALRM, _raise_soft_timeout)
+                signal.setitimer(signal.ITIMER_REAL, soft_timeout)
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = self._show_warning
+                exec(code, self.globals)
+        except OutputLimit as exc:
+            return f"OutputLimit: {exc}"
+        except SoftTimeout:
+            return f"TimeoutError: the snippet ran longer than {soft_timeout:.1f} s and was stopped"
+        except BaseException as exc:
+            return format_error(exc, self.error_cap)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            sys.stdout, sys.stderr = out, err
+        return None
+
+    def _show_warning(
+        self, message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None
+    ) -> None:
+        with contextlib.suppress(OutputLimit):
+            self.buffer.write(f"{category.__name__}: {_scrub_paths(str(message))}\n")
+
+    def solution(self, name: Any) -> dict[str, Any]:
+        """Convert the namespace variable ``name`` into a bounded JSON answer."""
+        if self.globals is None:
+            return {"error": "no model is loaded in this worker"}
+        if type(name) is not str or not name.isidentifier() or name.startswith("_"):
+            return {"error": 'solution_from must be the name of a variable, e.g. "answer"'}
+        if name not in self.globals or name in ("torch", "nn", "F", "np", "math", "json"):
+            return {"error": f"no variable named {name!r} in the sandbox namespace"}
+        try:
+            return {"value": to_json_answer(self.globals[name])}
+        except AnswerError as exc:
+            return {"error": str(exc)}
+        except BaseException as exc:
+            return {"error": f"the value of {name!r} cannot be converted ({type(exc).__name__})"}
+
+
+def _raise_soft_timeout(signum: int, frame: Any) -> None:
+    raise SoftTimeout()

@@ -1,0 +1,164 @@
+"""A seccomp deny-list through libseccomp (ctypes), for a worker that must keep its threads.
+
+Why a deny-list and libseccomp: torch needs hundreds of syscalls (and threads), so an allow-list
+would be fragile; what an escaped worker must not do is short and well known: start programs,
+fork, open sockets, trace or signal other processes, read their memory, load kernel objects or
+change namespaces. libseccomp resolves syscall names per architecture. ``clone3`` answers ENOSYS
+so that glibc falls back to ``clone``, whose CLONE_THREAD flag the filter can inspect (threads
+pass, fork fails). ``kill``/``tgkill`` pass only for the worker's own pid.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import functools
+import os
+
+SCMP_ACT_ALLOW = 0x7FFF0000
+CLONE_THREAD = 0x00010000
+CMP_NE, CMP_MASKED_EQ = 1, 7
+
+DENIED = [
+    "execve",
+    "execveat",
+    "fork",
+    "vfork",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "socket",
+    "socketpair",
+    "connect",
+    "bind",
+    "listen",
+    "accept",
+    "accept4",
+    "tkill",
+    "mount",
+    "umount2",
+    "unshare",
+    "setns",
+    "pivot_root",
+    "chroot",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "memfd_create",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "quotactl",
+    "personality",
+    "process_madvise",
+    "pidfd_open",
+    "pidfd_getfd",
+    "pidfd_send_signal",
+    "setuid",
+    "setgid",
+    "setreuid",
+    "setregid",
+    "setresuid",
+    "setresgid",
+    "setgroups",
+    "capset",
+    "move_pages",
+    "migrate_pages",
+    "mbind",
+    "kcmp",
+    "lookup_dcookie",
+]
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
+
+
+def _errno_action(code: int) -> int:
+    return 0x00050000 | (code & 0xFFFF)
+
+
+@functools.cache
+def _load_library() -> ctypes.CDLL:
+    """Resolved once, in the zygote: ``find_library`` runs helper programs that a sandboxed worker cannot."""
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    lib = ctypes.CDLL(name, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def available() -> bool:
+    try:
+        _load_library()
+    except OSError:
+        return False
+    return True
+
+
+def install() -> int:
+    """Load the filter into this process; return the number of rules. Raises OSError on failure."""
+    lib = _load_library()
+    ctx = lib.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        raise OSError("seccomp_init failed")
+    rules = 0
+    pid = os.getpid()
+
+    def add(name: str, action: int, *cmps: _ArgCmp) -> None:
+        nonlocal rules
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # not a syscall on this architecture
+        arr = (_ArgCmp * max(len(cmps), 1))(*cmps)
+        rc = lib.seccomp_rule_add_array(ctypes.c_void_p(ctx), action, nr, len(cmps), arr)
+        if rc < 0:
+            raise OSError(-rc, f"seccomp_rule_add failed for {name}")
+        rules += 1
+
+    try:
+        eperm = _errno_action(errno.EPERM)
+        for name in DENIED:
+            add(name, eperm)
+        add("clone3", _errno_action(errno.ENOSYS))
+        add("clone", eperm, _ArgCmp(0, CMP_MASKED_EQ, CLONE_THREAD, 0))
+        add("kill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
+        add("tgkill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
+        add("prlimit64", eperm, _ArgCmp(0, CMP_NE, 0, 0))
+        rc = lib.seccomp_load(ctypes.c_void_p(ctx))
+        if rc < 0:
+            raise OSError(-rc, "seccomp_load failed")
+    finally:
+        lib.seccomp_release(ctypes.c_void_p(ctx))
+    return rules

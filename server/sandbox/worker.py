@@ -1,0 +1,89 @@
+"""The worker loop: harden, announce the isolation report, then serve frames until the pipe closes.
+
+A worker is forked from the zygote, so torch, numpy, the facades and every model class are already
+in memory (copy-on-write) and spawning costs milliseconds. It holds one session's namespace. It
+never writes to fds 1 and 2 (both are /dev/null) and it exits with ``os._exit`` so that nothing
+inherited from the zygote (atexit handlers, buffered files) runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any
+
+from .facade import Facade
+from .frames import FrameError, recv_frame, send_frame
+from .hardening import HardeningConfig, harden
+from .runtime import Runtime
+
+MAX_REQUEST_JSON = 1024 * 1024
+MAX_MODEL_BYTES = 512 * 1024 * 1024
+MAX_REPLY = 1024 * 1024
+
+
+def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
+    data = json.dumps(message, separators=(",", ":"), allow_nan=False)
+    if len(data) > MAX_REPLY:
+        message = {"error": f"the result is larger than the {MAX_REPLY}-byte frame limit"}
+    send_frame(sock, message)
+
+
+def serve(
+    sock: socket.socket,
+    slot: int,
+    cfg: HardeningConfig,
+    parent: int,
+    facades: dict[str, Facade],
+    limits: dict[str, Any],
+) -> None:
+    """Never returns: hardens this process, then answers requests until EOF."""
+    try:
+        report = harden(cfg, slot, sock.fileno(), parent)
+        runtime = Runtime(facades, output_cap=limits["output_cap"], error_cap=limits["error_cap"])
+        send_frame(sock, {"isolation": report, "pid": os.getpid()})
+        while True:
+            message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
+            _reply(sock, handle(runtime, message, blob, limits))
+    except (FrameError, OSError):
+        pass
+    except BaseException:
+        pass
+    os._exit(0)
+
+
+def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[str, Any]) -> dict[str, Any]:
+    op = message.get("op")
+    if op == "run":
+        code = message.get("code")
+        if not isinstance(code, str):
+            return {"error": "python_code must be a string"}
+        return runtime.run(code, soft_timeout=message.get("soft_timeout"))
+    if op == "load":
+        runtime.load(message, blob)
+        return {"ok": True}
+    if op == "solution":
+        return runtime.solution(message.get("name"))
+    if op == "ping":
+        return {"ok": True}
+    if op == "unrestricted" and limits.get("test_unrestricted"):
+        return _unrestricted(message.get("code", ""))
+    return {"error": f"unknown operation {op!r}"}
+
+
+def _unrestricted(code: str) -> dict[str, Any]:
+    """Plain ``exec`` with real builtins: only for the escape test suite (a pool flag servers never set).
+
+    It shows what the process layer alone stops, as if the language and facade layers had both failed.
+    """
+    namespace: dict[str, Any] = {}
+    try:
+        exec(code, namespace)
+    except BaseException as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"[:2000], "result": None}
+    result = namespace.get("result")
+    return {
+        "error": None,
+        "result": result if isinstance(result, str | int | float | bool | list | dict) else repr(result),
+    }
