@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import FAMILY_IDS
+from helpers import FAMILY_IDS, shared_pool
 from mechsandbox.tasks import LEVELS, Family, get_family
 
 
@@ -15,3 +15,10 @@ def family(request) -> Family:
 @pytest.fixture(params=LEVELS)
 def level(request) -> str:
     return request.param
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_shared_pool():
+    yield
+    if shared_pool.cache_info().currsize:
+        shared_pool().close()

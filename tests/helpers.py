@@ -1,25 +1,19 @@
-"""Test helpers: cached instances and a reference-solution runner.
+"""Test helpers: cached instances, a shared sandbox pool and a reference-solution runner.
 
-Until the sandbox exists (issue 3), reference snippets are compiled with RestrictedPython's
-``compile_restricted_exec`` (so they stay sandbox-compatible) and then run with plain ``exec`` in
-one persistent namespace, as a notebook would.
+Reference snippets run through the real sandbox (RestrictedPython policy, facades, a hardened
+worker process) exactly as an agent's snippets would, and the answer comes back through
+``solution_from("answer")``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import io
 import json
-import math
 from typing import Any
 
-import numpy as np
 import torch
-import torch.nn.functional as F
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.tasks import Family, Instance, families, get_family
-from RestrictedPython import compile_restricted_exec
-from torch import nn
 
 FAMILY_IDS = [f.id for f in families()]
 TRANSFORMER_FAMILIES = {"copy-head", "induction-circuit", "committee-circuit"}
@@ -31,26 +25,30 @@ def cached_instance(task_id: str, seed: int, level: str) -> Instance:
     return get_family(task_id).generate(seed, level)
 
 
-def run_snippets(snippets: tuple[str, ...] | list[str], namespace: dict[str, Any]) -> tuple[dict, str]:
-    ns = {"torch": torch, "np": np, "nn": nn, "F": F, "json": json, "math": math, **namespace}
-    out = io.StringIO()
-    for i, code in enumerate(snippets):
-        result = compile_restricted_exec(code, filename=f"<snippet {i}>")
-        assert not result.errors, f"snippet {i} is not RestrictedPython-compatible: {result.errors}"
-        with contextlib.redirect_stdout(out):
-            exec(compile(code, f"<snippet {i}>", "exec"), ns)
-    return ns, out.getvalue()
+@functools.cache
+def shared_pool() -> SandboxPool:
+    """One sandbox pool for the whole test session (closed at exit by conftest)."""
+    return SandboxPool(SandboxSettings(pool_size=2, wall_seconds=60.0)).start()
 
 
 def run_reference(family: Family, inst: Instance, noise: float = 0.0, noise_seed: int = 0) -> Any:
-    """Play the family's reference snippets against the instance; return the answer it submits."""
+    """Play the family's reference snippets in a sandbox session; return the answer it submits."""
     if noise:
         gen = torch.Generator().manual_seed(noise_seed)
         with torch.no_grad():
             for p in inst.model.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * noise)
-    torch.manual_seed(noise_seed)
-    ns, out = run_snippets(family.reference, inst.public_namespace())
-    printed = json.loads(out.strip().splitlines()[-1])
-    assert printed == json.loads(json.dumps(ns["answer"])), "the last printed line is the submitted answer"
-    return ns["answer"]
+    session = shared_pool().open_session(ModelPayload.from_instance(inst))
+    try:
+        out = []
+        for i, code in enumerate(family.reference):
+            result = session.run(code)
+            assert result.error is None, f"{family.id} snippet {i}: {result.error}"
+            out.append(result.stdout)
+        answer, error = session.solution_from("answer")
+        assert error is None, error
+    finally:
+        session.close()
+    printed = json.loads("".join(out).strip().splitlines()[-1])
+    assert printed == answer, "the last printed line is the submitted answer"
+    return answer

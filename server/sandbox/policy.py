@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import builtins
 import hashlib
+import inspect
 import marshal
 import operator
 import os
@@ -248,11 +249,11 @@ def guarded_getattr(obj: Any, name: Any, *default: Any) -> Any:
         raise TypeError("attribute name must be a string")
     if name.startswith("_") or name in INSPECT_ATTRIBUTES:
         raise AttributeError(f"attribute {name!r} is not available in the sandbox (names starting with '_')")
-    if name in DENIED_ATTRIBUTES:
-        reason = REFUSED_REASONS.get(name, "it can reach files, raw memory or the interpreter")
-        raise AttributeError(f"attribute {name!r} is refused: {reason}")
     if name in ("format", "format_map") and isinstance(obj, str):
         return _bound_format(obj) if name == "format" else _bound_format_map(obj)
+    if name in DENIED_ATTRIBUTES and not isinstance(obj, Facade):  # a facade's members are an explicit allowlist
+        reason = REFUSED_REASONS.get(name, "it can reach files, raw memory or the interpreter")
+        raise AttributeError(f"attribute {name!r} is refused: {reason}")
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -525,14 +526,24 @@ def sandbox_dir(obj: Any = None) -> list[str]:
 HELP_CAP = 4096
 
 
+def _signature(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    try:
+        return f"{name}{inspect.signature(obj)}"
+    except (TypeError, ValueError):
+        return str(name)
+
+
 def make_help(buffer_ref: Callable[[], OutputBuffer]) -> Callable[[Any], None]:
     def help(obj: Any = None) -> None:
         buffer = buffer_ref()
         if obj is None:
             buffer.write("help(x) prints the docstring of x; dir(x) lists what the sandbox allows on x.\n")
             return
-        doc = obj.__doc__ if not isinstance(obj, Facade) else f"{obj!r}: {', '.join(obj.member_names)}"
-        text = (doc or f"no documentation for {_describe(obj)}").strip()
+        if isinstance(obj, Facade):
+            text = f"{obj!r}: {', '.join(obj.member_names)}"
+        else:
+            text = _signature(obj) + "\n" + (inspect.getdoc(obj) or f"(no docstring for {_describe(obj)})")
         if len(text) > HELP_CAP:
             text = text[:HELP_CAP] + " ... [help truncated]"
         buffer.write(text + "\n")

@@ -374,6 +374,13 @@ class SandboxSession:
         self.worker = worker
         return lost
 
+    def _drop_worker(self) -> None:
+        """Release a worker whose loss this step already reported (so the next step is not flagged again)."""
+        if self.worker is not None:
+            self.pool.release(self.worker, self.worker.dead_reason or "lost")
+            self.worker = None
+            self.resets += 1
+
     def run(self, code: str) -> RunResult:
         wall = self.pool.settings.wall_seconds
         with self.lock:
@@ -384,6 +391,7 @@ class SandboxSession:
                     {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}, timeout=wall
                 )
             except WorkerLost as exc:
+                self._drop_worker()
                 return RunResult(stdout="", error=f"{exc.reason}; namespace reset", namespace_reset=True)
         return RunResult(
             stdout=str(reply.get("stdout", "")),
@@ -401,6 +409,7 @@ class SandboxSession:
             try:
                 reply = self.worker.request({"op": "solution", "name": name}, timeout=self.pool.settings.wall_seconds)
             except WorkerLost as exc:
+                self._drop_worker()
                 return None, f"{exc.reason}; namespace reset"
         if reply.get("error") or "value" not in reply:
             return None, str(reply.get("error") or "no value")

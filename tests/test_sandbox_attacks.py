@@ -1,0 +1,396 @@
+"""Attack suite: hostile snippets, by category, against the real sandbox (all three layers).
+
+Each attack asserts a safe outcome (a clear error, a timeout, truncation), that no secret planted by
+the test shows up in what comes back, and (at the end of each category) that a fresh session still
+works. Secrets: a 0600 canary file, an environment variable set in the server before the pool
+starts, and the instance's ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+
+import pytest
+from helpers import cached_instance
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+
+CANARY = secrets.token_hex(16)
+ENV_SECRET = secrets.token_hex(16)
+REFUSED = r"refused|not available|NameError|ImportError|policy|read-only|cannot|TypeError"
+
+FILE_READ = [
+    ("open", "print(open('/etc/passwd').read())", r"NameError: name 'open'"),
+    ("builtins-dict", "print(__builtins__['open'])", r"policy.*__builtins__"),
+    ("torch-from-file", "print(torch.from_file('{canary}', False, 16))", r"torch\.from_file is refused"),
+    ("storage-from-file", "torch.zeros(1).untyped_storage().from_file('{canary}', False, 16)", r"refused"),
+    ("np-loadtxt", "print(np.loadtxt('{canary}', dtype=str))", r"numpy\.loadtxt is refused"),
+    ("np-genfromtxt", "print(np.genfromtxt('/etc/passwd', dtype=str, delimiter='\\n'))", r"refused"),
+    ("np-fromfile", "print(np.fromfile('{canary}', dtype='uint8'))", r"refused"),
+    ("np-memmap", "print(np.memmap('{canary}'))", r"refused"),
+    ("np-load", "print(np.load('{canary}'))", r"refused"),
+    ("torch-load", "print(torch.load('{canary}'))", r"refused"),
+    ("np-lib-npyio", "print(np.lib.npyio)", r"refused"),
+    ("np-datasource", "print(np.DataSource().open('{canary}').read())", r"not available"),
+    ("proc-environ", "print(torch.from_file('/proc/self/environ', False, 100))", r"refused"),
+    ("repo-relative", "print(np.loadtxt('../../pyproject.toml', dtype=str))", r"refused"),
+    ("import-io", "import io\nprint(io.open('{canary}').read())", r"ImportError"),
+    ("import-pathlib", "import pathlib\nprint(pathlib.Path('{canary}').read_text())", r"ImportError"),
+]
+
+IMPORTS = [
+    ("os", "import os\nprint(os.environ)", r"module 'os' is not available"),
+    ("sys", "import sys\nprint(sys.modules)", r"ImportError"),
+    ("subprocess", "import subprocess", r"ImportError"),
+    ("from-torch-os", "from torch import os\nprint(os.system('id'))", r"ImportError: cannot import name 'os'"),
+    ("import-torch-os", "import torch.os", r"ImportError"),
+    ("dunder-import", "print(__import__('os'))", r"policy"),
+    ("importlib", "import importlib", r"ImportError"),
+    ("ctypes", "import ctypes", r"ImportError"),
+    ("from-numpy-f2py", "from numpy import f2py\nprint(f2py.subprocess)", r"ImportError"),
+    ("from-torch-serialization", "from torch import serialization\nprint(serialization.pickle)", r"ImportError"),
+    ("import-torch-serialization", "import torch.serialization", r"ImportError"),
+    ("relative", "from . import tasks", r"ImportError|policy"),
+    ("star", "from torch import *", r"policy"),
+    ("pickle", "import pickle", r"ImportError"),
+    ("builtins-module", "import builtins\nprint(builtins.open)", r"ImportError|reserved name"),
+]
+
+ATTRIBUTE_WALKS = [
+    ("torch-os", "print(torch.os.system('id'))", r"torch\.os is refused"),
+    ("functional-torch", "print(torch.nn.functional.torch.os)", r"not available"),
+    ("fft-torch", "print(torch.fft.torch)", r"not available"),
+    ("np-f2py", "print(np.f2py.subprocess)", r"refused"),
+    ("np-ctypeslib", "print(np.ctypeslib.ctypes)", r"refused"),
+    ("torch-serialization", "print(torch.serialization.pickle)", r"refused"),
+    ("torch-hub", "torch.hub.load('.', 'x', source='local')", r"refused"),
+    ("torch-utils", "print(torch.utils.data.DataLoader)", r"refused"),
+    ("torch-multiprocessing", "print(torch.multiprocessing)", r"refused"),
+    ("nn-functional-np", "print(F.np)", r"not available"),
+    ("getattr-concat", "print(getattr(torch, 'o' + 's'))", r"refused"),
+    ("getattr-dunder", "print(getattr(model, '__cl' + 'ass__'))", r"not available"),
+    ("tensor-mro", "print(torch.Tensor.mro())", r"refused"),
+    ("model-forward-globals", "print(model.forward.__globals__)", r"policy"),
+    ("typeview-mro", "print(type(1).mro())", r"refused|has no attribute"),
+    ("typeview-call", "print(type(model)(None))", r"not callable"),
+    ("hook-globals", "print(utils.get_act_name.__globals__)", r"policy"),
+    ("facade-members", "print(getattr(torch, '_members'))", r"not available"),
+    (
+        "autograd-node-walk",
+        "x = torch.ones(1, requires_grad=True)\nprint(getattr((x * 2).grad_fn, '_saved_self'))",
+        r"not available",
+    ),
+]
+
+DUNDER_AND_FRAMES = [
+    ("subclasses", "print(().__class__.__bases__[0].__subclasses__())", r"policy"),
+    ("traceback", "try:\n    1 / 0\nexcept Exception as e:\n    print(e.__traceback__)", r"policy"),
+    ("with-traceback", "try:\n    1 / 0\nexcept Exception as e:\n    print(e.with_traceback)", r"refused"),
+    ("gi-frame", "g = (i for i in [1])\nprint(g.gi_frame.f_back.f_globals)", r"policy"),
+    ("gi-frame-getattr", "g = (i for i in [1])\nprint(getattr(g, 'gi_frame'))", r"not available"),
+    ("gi-code-getattr", "g = (i for i in [1])\nprint(getattr(g, 'gi_code'))", r"not available"),
+    ("attribute-error-obj", "try:\n    torch.nothing\nexcept AttributeError as e:\n    print(e.obj)", r"refused"),
+    ("fstring-dunder", "print(f'{model.__class__}')", r"policy"),
+    ("posonly-shadow", "def f(_getattr_=print, /):\n    return 1\nprint(f())", r"policy"),
+    ("except-star", "try:\n    pass\nexcept* Exception:\n    pass", r"policy|SyntaxError"),
+]
+
+FORMAT_STRINGS = [
+    ("format-attr", "print('{0.__class__}'.format(1))", r"format fields"),
+    ("format-index", "print('{0[0]}'.format([1]))", r"format fields"),
+    ("format-map", "print('{a.real}'.format_map({'a': 1}))", r"format fields"),
+    ("format-nested", "print('{0:{1.__class__}}'.format(1, 2))", r"format fields"),
+    ("string-formatter", "import string\nprint(string.Formatter().get_field('0.__class__', [1], {}))", r"ImportError"),
+]
+
+BUILTINS_RECOVERY = [
+    ("print-self", "print(getattr(print, '__self__'))", r"not available"),
+    ("help-globals", "print(help.__globals__)", r"policy"),
+    ("dir-no-arg", "print(dir())", r"needs an argument"),
+    ("globals", "print(globals())", r"NameError"),
+    ("vars", "print(vars(model))", r"NameError"),
+    ("eval", "print(eval('1'))", r"policy"),
+    ("exec", "exec('x = 1')", r"policy"),
+    ("compile", "print(compile('1', 's', 'eval'))", r"NameError"),
+    ("type-three-args", "print(type('X', (), {}))", r"three arguments"),
+    ("object", "print(object)", r"NameError"),
+    ("setattr-facade", "setattr(torch, 'relu', print)", r"read-only"),
+    ("exit", "exit()", r"NameError"),
+]
+
+PICKLE_AND_WRITE = [
+    ("torch-save", "torch.save(model.state_dict(), 'x.pt')", r"refused"),
+    ("np-save", "np.save('x.npy', np.zeros(2))", r"refused"),
+    ("np-savetxt", "np.savetxt('/tmp/x.txt', np.zeros(2))", r"refused"),
+    ("ndarray-dumps", "print(np.zeros(2).dumps())", r"refused"),
+    ("ndarray-dump", "np.zeros(2).dump('/tmp/x')", r"refused"),
+    ("tofile", "np.zeros(2).tofile('/tmp/x')", r"refused"),
+    ("share-memory", "torch.zeros(2).share_memory_()", r"refused"),
+    ("reduce-ex", "print(model.__reduce_ex__(2))", r"policy"),
+]
+
+NATIVE_AND_JIT = [
+    ("ops-load-library", "torch.ops.load_library('/lib/x86_64-linux-gnu/libc.so.6')", r"refused"),
+    ("torch-classes", "print(torch.classes)", r"refused"),
+    ("ctypeslib-load", "np.ctypeslib.load_library('libc', '/lib')", r"refused"),
+    ("cpp-extension", "torch.utils.cpp_extension.load_inline('x', '')", r"refused"),
+    ("jit-cu", "torch.jit.CompilationUnit('def f(x):\\n    return x')", r"refused"),
+    ("compilation-unit", "torch.CompilationUnit('def f(x):\\n    return x')", r"refused|not available"),
+    ("torch-compile", "torch.compile(model)", r"refused"),
+    ("torch-fx", "torch.fx.symbolic_trace(model)", r"refused"),
+    ("torch-cond", "torch.cond(True, lambda: 1, lambda: 2, ())", r"refused"),
+    ("import-ir", "torch.import_ir_module", r"refused"),
+]
+
+MEMORY = [
+    ("torch-as-strided", "print(torch.as_strided(torch.zeros(1), (100000,), (1,)))", r"refused"),
+    ("tensor-as-strided", "print(torch.zeros(1).as_strided((100000,), (1,)))", r"refused"),
+    ("np-stride-tricks", "print(np.lib.stride_tricks.as_strided(np.zeros(1), (10**6,), (8,)))", r"refused"),
+    ("ndarray-ctypes", "print(np.zeros(2).ctypes.data)", r"refused"),
+    ("data-ptr", "print(torch.zeros(2).data_ptr())", r"refused"),
+    ("set-strides", "a = np.zeros(2)\na.strides = (8000000,)", r"read-only"),
+    ("ndarray-buffer", "print(np.ndarray((10**6,), buffer=np.zeros(1)).sum())", r"TypeError|too small"),
+    ("empty-strided", "print(torch.empty_strided((10,), (100000,)))", r"refused"),
+    ("frombuffer", "print(np.frombuffer(b'abcdefgh', dtype='uint8'))", r"not available"),
+    ("tensor-set", "x = torch.zeros(1)\nx.set_(torch.zeros(10**6))", r"refused"),
+    ("ndarray-base", "print(np.zeros(4)[1:].base)", r"refused"),
+]
+
+
+def _all_cases() -> list[tuple[str, str, str]]:
+    groups = {
+        "file-read": FILE_READ,
+        "imports": IMPORTS,
+        "attribute-walks": ATTRIBUTE_WALKS,
+        "dunder-frames": DUNDER_AND_FRAMES,
+        "format-strings": FORMAT_STRINGS,
+        "builtins": BUILTINS_RECOVERY,
+        "pickle-write": PICKLE_AND_WRITE,
+        "native-jit": NATIVE_AND_JIT,
+        "memory": MEMORY,
+    }
+    return [(f"{group}/{name}", code, pattern) for group, cases in groups.items() for name, code, pattern in cases]
+
+
+CASES = _all_cases()
+
+
+@pytest.fixture(scope="module")
+def canary_path(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("secret") / "canary.txt"
+    path.write_text(CANARY)
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def pool():
+    os.environ["MECHSANDBOX_TEST_SECRET"] = ENV_SECRET
+    try:
+        with SandboxPool(SandboxSettings(pool_size=2, wall_seconds=4.0, worker_memory_mb=1024)) as p:
+            yield p
+    finally:
+        os.environ.pop("MECHSANDBOX_TEST_SECRET", None)
+
+
+@pytest.fixture(scope="module")
+def instance():
+    return cached_instance("copy-head", 0, "easy")
+
+
+@pytest.fixture(scope="module")
+def session(pool, instance):
+    s = pool.open_session(ModelPayload.from_instance(instance))
+    yield s
+    s.close()
+
+
+def assert_no_secret(text: str, instance) -> None:
+    assert CANARY not in text and ENV_SECRET not in text
+    assert "root:x:0:0" not in text
+    assert json.dumps(instance.truth) not in text
+
+
+def test_at_least_sixty_attacks() -> None:
+    assert len(CASES) >= 60
+
+
+@pytest.mark.parametrize(("case_id", "code", "pattern"), CASES, ids=[c[0] for c in CASES])
+def test_attack_is_refused(session, instance, canary_path, case_id: str, code: str, pattern: str) -> None:
+    result = session.run(code.replace("{canary}", canary_path))
+    assert result.error is not None, f"{case_id} ran: {result.stdout[:200]}"
+    assert re.search(pattern, result.error), result.error
+    assert not result.namespace_reset
+    assert_no_secret(result.stdout + result.error, instance)
+    assert "/work/" not in result.error and "site-packages" not in result.error, result.error
+
+
+def test_errors_never_echo_the_snippet_source(session) -> None:
+    marker = "zzq_marker_" + secrets.token_hex(4)
+    for code in (f"{marker} = (", f"_{marker} = 1", f"x = {marker}_undefined_name + 1"):
+        result = session.run(code)
+        assert result.error
+        assert f"{marker} = (" not in result.error and "= 1" not in result.error
+
+
+# --- resource exhaustion, exits and crashes ----------------------------------------------------
+
+
+def test_cpu_loop_gets_a_readable_timeout(session) -> None:
+    result = session.run("while True:\n    pass")
+    assert result.error and "TimeoutError" in result.error
+    assert session.run("print('alive')").stdout == "alive\n"
+
+
+def test_loop_that_swallows_exceptions_is_killed_and_the_namespace_reset(session) -> None:
+    session.run("kept = 1")
+    result = session.run(
+        "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+    )
+    assert result.namespace_reset and "wall-clock limit" in result.error
+    after = session.run("print(kept)")
+    assert after.namespace_reset is False and "NameError" in after.error
+    assert session.run("print(model.cfg.n_layers)").stdout == "2\n"
+
+
+def test_uninterruptible_c_call_is_killed(session) -> None:
+    result = session.run("x = torch.ones(6000, 6000)\ny = x @ x @ x\nprint(1)")
+    assert result.namespace_reset and "wall-clock" in result.error
+    assert session.run("print(2)").stdout == "2\n"
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "x = torch.empty(10 ** 12)",
+        "x = 'a' * 10 ** 11",
+        "x = [0] * 10 ** 11",
+        "xs = []\nwhile True:\n    xs.append(torch.ones(10 ** 7))",
+    ],
+)
+def test_memory_bombs_fail_cleanly(session, code: str) -> None:
+    result = session.run(code)
+    assert result.error and re.search(r"MemoryError|RuntimeError|OverflowError", result.error), result.error
+    session.run("xs = None")
+    assert session.run("print(3)").stdout == "3\n"
+
+
+def test_recursion_is_an_error(session) -> None:
+    result = session.run("def f(n):\n    return f(n + 1)\nf(0)")
+    assert "RecursionError" in result.error
+
+
+def test_deeply_nested_source_is_a_clean_syntax_error(session) -> None:
+    result = session.run("x = " + "(" * 30_000 + ")" * 30_000)
+    assert result.error and "SyntaxError" in result.error and "((" not in result.error
+
+
+def test_huge_output_is_truncated_at_the_cap(session) -> None:
+    result = session.run("while True:\n    print('x' * 1000)")
+    assert result.output_truncated and len(result.stdout.encode()) <= 64 * 1024
+    assert "OutputLimit" in result.error
+    single = session.run("print('y' * 10 ** 6)")
+    assert single.output_truncated and len(single.stdout.encode()) <= 64 * 1024
+
+
+@pytest.mark.parametrize(
+    ("code", "pattern"),
+    [
+        ("raise SystemExit(3)", "SystemExit"),
+        ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+        ("quit()", "NameError"),
+        ("import signal", "ImportError"),
+        ("import threading", "ImportError"),
+        ("import time\ntime.sleep(100)", "ImportError"),
+        ("torch.set_num_threads(4096)", "refused"),
+        ("torch.set_default_dtype(torch.float64)", "refused"),
+        ("torch.set_printoptions(profile='full')", "refused"),
+        ("np.set_printoptions(threshold=10 ** 9)", "refused"),
+    ],
+)
+def test_exits_and_global_setters_are_errors_not_crashes(session, code: str, pattern: str) -> None:
+    result = session.run(code)
+    assert result.error and pattern in result.error
+    assert not result.namespace_reset
+    assert session.run("print(4)").stdout == "4\n"
+
+
+# --- shared state ------------------------------------------------------------------------------
+
+
+def test_one_sessions_changes_never_reach_another(pool, instance) -> None:
+    payload = ModelPayload.from_instance(instance)
+    a, b = pool.open_session(payload), pool.open_session(payload)
+    try:
+        before = b.run("print(float(model.W_E.abs().sum()))").stdout
+        poison = (
+            "model.W_E[:] = 0\ntorch.manual_seed(123)\nimport random\nrandom.seed(5)\n"
+            "model.forward = lambda *a, **k: 0\nprint(float(model.W_E.abs().sum()))"
+        )
+        assert a.run(poison).stdout == "0.0\n"
+        for patch in (
+            "torch.relu = print",
+            "nn.Linear.forward = print",
+            "torch.Tensor.add = print",
+            "F.softmax = print",
+            "np.sum = print",
+            "math.pi = 3",
+        ):
+            assert "read-only" in a.run(patch).error
+        assert b.run("print(float(model.W_E.abs().sum()))").stdout == before != "0.0\n"
+        assert b.run("print(torch.relu(torch.tensor([-1.0])).item())").stdout == "0.0\n"
+        assert b.run("print(model(tokens).shape)").error is None
+        fresh = pool.open_session(payload)
+        assert fresh.run("print(float(model.W_E.abs().sum()))").stdout == before
+        fresh.close()
+    finally:
+        a.close()
+        b.close()
+
+
+# --- submission abuse --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("setup", "name", "pattern"),
+    [
+        ("class Eq:\n    def __eq__(self, o):\n        return True\nanswer = Eq()", "answer", "cannot contain a 'Eq'"),
+        ("class I(int):\n    pass\nanswer = [I(3)]", "answer", "cannot contain a 'I'"),
+        ("answer = [float('nan')]", "answer", "finite"),
+        ("answer = [1e400 * 0]", "answer", "finite"),
+        ("answer = list(range(10 ** 6))", "answer", "more than"),
+        ("answer = []\nanswer.append(answer)", "answer", "deeper"),
+        ("answer = [[[[[[[[[[1]]]]]]]]]]", "answer", "deeper"),
+        ("answer = 'x' * 5000", "answer", "characters"),
+        ("answer = {1: 2}", "answer", "keys"),
+        ("answer = torch.zeros(10 ** 6)", "answer", "more than"),
+        ("answer = [1]", "_getattr_", "name of a variable"),
+        ("answer = [1]", "torch", "no variable"),
+        ("answer = [1]", "missing_name", "no variable"),
+        ("answer = [1]", "a b", "name of a variable"),
+        ("answer = 2 ** 80", "answer", "smaller than"),
+        ("answer = print", "answer", "cannot contain"),
+    ],
+)
+def test_solution_from_rejects_abuse(session, setup: str, name: str, pattern: str) -> None:
+    assert session.run(setup).error is None
+    value, error = session.solution_from(name)
+    assert value is None and error and pattern in error, error
+
+
+def test_solution_from_converts_exact_values(session) -> None:
+    session.run("answer = [[0, 1], (1, 2)]\nbasis = torch.eye(2)\narr = np.arange(3)")
+    assert session.solution_from("answer") == ([[0, 1], [1, 2]], None)
+    assert session.solution_from("basis") == ([[1.0, 0.0], [0.0, 1.0]], None)
+    assert session.solution_from("arr") == ([0, 1, 2], None)
+
+
+def test_a_fresh_session_works_after_everything(pool, instance) -> None:
+    s = pool.open_session(ModelPayload.from_instance(instance))
+    try:
+        assert s.run("print(model(tokens).shape)").stdout == "torch.Size([96, 12, 32])\n"
+    finally:
+        s.close()
+    assert pool.healthy()
