@@ -201,6 +201,7 @@ class RunResult:
     output_truncated: bool = False
     namespace_reset: bool = False
     seconds: float = 0.0
+    notice: str | None = None  # e.g. why the namespace was reset before this snippet ran
 
 
 class SandboxPool:
@@ -384,6 +385,7 @@ class SandboxSession:
     def run(self, code: str) -> RunResult:
         wall = self.pool.settings.wall_seconds
         with self.lock:
+            lost_reason = self.worker.dead_reason if self.worker is not None else None
             reset_before = self._ensure_worker()
             assert self.worker is not None
             try:
@@ -399,6 +401,7 @@ class SandboxSession:
             output_truncated=bool(reply.get("output_truncated")),
             namespace_reset=reset_before,
             seconds=float(reply.get("seconds", 0.0)),
+            notice=f"{lost_reason}; namespace reset before this snippet" if reset_before else None,
         )
 
     def solution_from(self, name: str) -> tuple[Any, str | None]:

@@ -1,0 +1,195 @@
+"""Process layer behaviour: how the zygote and workers are started, limited, killed and replaced."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+from helpers import cached_instance
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
+
+SECRET_ENV = "MECHSANDBOX_TEST_SALT"
+SWALLOW = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+
+
+def _status(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/status") as f:
+        return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return _status(pid).get("State", "").startswith(("Z", "X"))
+    except FileNotFoundError:
+        return True
+
+
+@pytest.fixture(scope="module")
+def payload() -> ModelPayload:
+    return ModelPayload.from_instance(cached_instance("dead-neurons", 0, "easy"))
+
+
+@pytest.fixture(scope="module")
+def pool():
+    os.environ[SECRET_ENV] = "do-not-leak-" + "x" * 8
+    os.environ["HF_TOKEN"] = "hf_should_not_reach_the_zygote"
+    try:
+        settings = SandboxSettings(pool_size=2, wall_seconds=5.0, memory_budget_mb=1500, test_unrestricted=True)
+        with SandboxPool(settings) as p:
+            yield p
+    finally:
+        os.environ.pop(SECRET_ENV, None)
+        os.environ.pop("HF_TOKEN", None)
+
+
+def test_zygote_is_a_fresh_interpreter_with_a_scrubbed_environment(pool) -> None:
+    zygote = pool.zygote
+    with open(f"/proc/{zygote.pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    assert b"mechsandbox.server.sandbox.zygote" in argv and b"-I" in argv
+    assert int(_status(zygote.pid)["PPid"]) == os.getpid()
+    with open(f"/proc/{zygote.pid}/environ", "rb") as f:
+        keys = {item.split(b"=", 1)[0].decode() for item in f.read().split(b"\0") if item}
+    assert SECRET_ENV not in keys and "HF_TOKEN" not in keys
+    allowed = {"PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED"}
+    assert all(k in allowed or k.startswith("OPENBLAS_") for k in keys), keys
+    if "OPENBLAS_CORETYPE" in os.environ:
+        assert "OPENBLAS_CORETYPE" in keys
+
+
+def test_worker_is_hardened(pool, payload) -> None:
+    session = pool.open_session(payload)
+    try:
+        pid = session.pid
+        status = _status(pid)
+        assert int(status["PPid"]) == pool.zygote.pid
+        assert os.getpgid(pid) == pid  # its own process group, killed as a whole
+        assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
+        fds = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
+        assert fds == [0, 1, 2, fds[-1]] and len(fds) == 4
+        for fd in (1, 2):
+            assert os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/null"
+        assert os.readlink(f"/proc/{pid}/cwd") == pool.workdir and os.listdir(pool.workdir) == []
+        with open(f"/proc/{pid}/oom_score_adj") as f:
+            assert f.read().strip() == "1000"
+        with open(f"/proc/{pid}/limits") as f:
+            limits = f.read()
+        assert "Max file size             0" in limits and "Max core file size        0" in limits
+        assert f"Max address space         {pool.zygote.address_space}" in limits
+        assert int(status["CapEff"], 16) == 0
+    finally:
+        session.close()
+
+
+@pytest.mark.parametrize(
+    "crash",
+    ["import ctypes\nctypes.string_at(0)", "import os\nos._exit(3)", "import os, signal\nos.kill(os.getpid(), 9)"],
+)
+def test_crashed_worker_is_replaced_and_says_so(pool, payload, crash: str) -> None:
+    session = pool.open_session(payload)
+    try:
+        session.run("kept = 1")
+        old = session.pid
+        with pytest.raises(Exception, match="died"):
+            session.unrestricted(crash)
+        result = session.run("print(kept)")
+        assert result.namespace_reset and "NameError" in result.error and "died" in result.notice
+        assert session.pid != old and _gone(old)
+        assert session.run("print(model(X).shape[0] > 0)").stdout == "True\n"
+    finally:
+        session.close()
+
+
+def test_timeout_kills_the_whole_process_group(pool, payload) -> None:
+    session = pool.open_session(payload)
+    try:
+        old = session.pid
+        swallow = (
+            "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
+        )
+        result = session.run(swallow)
+        assert result.namespace_reset and "wall-clock" in result.error
+        deadline = time.time() + 5
+        while not _gone(old) and time.time() < deadline:
+            time.sleep(0.05)
+        assert _gone(old)
+        assert session.run("print(1)").stdout == "1\n"
+    finally:
+        session.close()
+
+
+def test_memory_watchdog_kills_the_largest_worker(pool, payload) -> None:
+    hog, bystander = pool.open_session(payload), pool.open_session(payload)
+    try:
+        bystander.run("kept = 7")
+        kills = pool.memory_kills
+        result = hog.run("x = torch.ones(500_000_000, dtype=torch.uint8) + 1\nwhile True:\n    pass")
+        assert result.namespace_reset and "memory budget exceeded" in result.error
+        assert pool.memory_kills > kills
+        assert bystander.run("print(kept)").stdout == "7\n"
+        assert hog.run("print(2)").stdout == "2\n"
+    finally:
+        hog.close()
+        bystander.close()
+
+
+def test_closed_sessions_leave_no_worker(pool, payload) -> None:
+    sessions = [pool.open_session(payload) for _ in range(3)]
+    pids = [s.pid for s in sessions]
+    for s in sessions:
+        s.close()
+    time.sleep(0.2)
+    assert all(_gone(pid) for pid in pids)
+
+
+def test_required_layer_that_is_not_active_refuses_to_start() -> None:
+    with pytest.raises(SandboxUnavailable, match="required isolation layers are not active"):
+        SandboxPool(SandboxSettings(pool_size=1, seccomp=False, require=("seccomp",))).start()
+
+
+def test_settings_from_environment() -> None:
+    env = {"MECHSANDBOX_POOL_SIZE": "7", "MECHSANDBOX_REQUIRE": "landlock,seccomp", "MECHSANDBOX_LANDLOCK": "false"}
+    settings = SandboxSettings.from_env(env)
+    assert settings.pool_size == 7 and settings.require == ("landlock", "seccomp") and settings.landlock is False
+    with pytest.raises(ValueError, match="unknown layers"):
+        SandboxSettings.from_env({"MECHSANDBOX_REQUIRE": "landlock,magic"})
+    with pytest.raises(ValueError, match="MECHSANDBOX_POOL_SIZE"):
+        SandboxSettings.from_env({"MECHSANDBOX_POOL_SIZE": "many"})
+    with pytest.raises(ValueError, match="UID_DROP"):
+        SandboxSettings.from_env({"MECHSANDBOX_UID_DROP": "sometimes"})
+
+
+SERVER_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+    from mechsandbox.tasks import get_family
+    pool = SandboxPool(SandboxSettings(pool_size=2)).start()
+    session = pool.open_session(ModelPayload.from_instance(get_family("dead-neurons").generate(0, "easy")))
+    session.run("print(1)")
+    time.sleep(0.5)
+    print(pool.zygote.pid, *pool.workers, flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def test_sigkilled_server_leaves_no_zygote_or_worker() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        pids = [int(p) for p in line.split()]
+        assert len(pids) >= 3, line  # zygote, the session's worker, at least one warm worker
+        assert not any(_gone(pid) for pid in pids)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and not all(_gone(pid) for pid in pids):
+        time.sleep(0.1)
+    assert all(_gone(pid) for pid in pids)
