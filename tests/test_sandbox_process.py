@@ -138,6 +138,19 @@ def test_memory_watchdog_kills_the_largest_worker(pool, payload) -> None:
         bystander.close()
 
 
+def test_a_killed_zygote_is_restarted_and_sessions_recover(payload) -> None:
+    with SandboxPool(SandboxSettings(pool_size=1)) as pool:
+        session = pool.open_session(payload)
+        old_zygote, old_worker = pool.zygote.pid, session.pid
+        os.kill(old_zygote, signal.SIGKILL)
+        deadline = time.time() + 60
+        while (pool.zygote.pid == old_zygote or not pool.healthy()) and time.time() < deadline:
+            time.sleep(0.1)
+        assert pool.healthy() and pool.status()["zygote_restarts"] == 1
+        result = session.run("print(5)")
+        assert _gone(old_worker) and result.namespace_reset and result.stdout == "5\n"
+
+
 def test_closed_sessions_leave_no_worker(pool, payload) -> None:
     sessions = [pool.open_session(payload) for _ in range(3)]
     pids = [s.pid for s in sessions]

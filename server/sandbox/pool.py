@@ -220,6 +220,7 @@ class SandboxPool:
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
         self.memory_kills = 0
+        self.zygote_restarts = 0
         self.threads: list[threading.Thread] = []
 
     # --- life cycle ----------------------------------------------------------------------------
@@ -275,6 +276,7 @@ class SandboxPool:
             "warm_workers": len(self.warm),
             "workers": len(self.workers),
             "memory_kills": self.memory_kills,
+            "zygote_restarts": self.zygote_restarts,
             "settings": {k: v for k, v in asdict(self.settings).items() if k != "test_unrestricted"},
         }
 
@@ -310,10 +312,25 @@ class SandboxPool:
             if self.workers.pop(worker.pid, None) is not None:
                 self.free_slots.append(worker.slot)
 
+    def _restart_zygote(self) -> None:
+        """A dead zygote takes its workers with it (parent-death signal); start a new one."""
+        log.error("the sandbox zygote died (exit code %s); restarting it", self.zygote.process.poll())
+        with self.lock:
+            self.warm.clear()
+        self.zygote.stop()
+        try:
+            self.zygote = Zygote(self.settings, self.workdir)
+            self.zygote_restarts += 1
+        except SandboxUnavailable as exc:
+            log.error("sandbox zygote restart failed: %s", exc)
+            time.sleep(1.0)
+
     def _refill_loop(self) -> None:
         while not self.closed.is_set():
             self.refill_wanted.wait(timeout=1.0)
             self.refill_wanted.clear()
+            if self.zygote is not None and not self.zygote.alive and not self.closed.is_set():
+                self._restart_zygote()
             while not self.closed.is_set() and len(self.warm) < self.settings.pool_size:
                 try:
                     worker = self._spawn()
