@@ -67,7 +67,7 @@ def main() -> None:
     for task_id, forward, level in (("dead-neurons", "model(X)", "easy"), ("copy-head", "model(tokens)", "easy")):
         inst = get_family(task_id).generate(0, level)
         payload = ModelPayload.from_instance(inst)
-        resets, sessions = [], []
+        resets = []
         for _ in range(min(args.n, 40)):
             wait_warm(pool)
             t = time.perf_counter()
