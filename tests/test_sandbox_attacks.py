@@ -277,6 +277,14 @@ def test_memory_bombs_fail_cleanly(session, code: str) -> None:
     assert session.run("print(3)").stdout == "3\n"
 
 
+def test_output_and_answers_are_valid_unicode(session) -> None:
+    result = session.run("print('a\\ud800b')\nanswer = ['\\ud800']")
+    assert result.stdout == "a?b\n"
+    value, error = session.solution_from("answer")
+    assert value is None and "Unicode" in error
+    assert "?" in session.run("raise ValueError('\\udcff')").error
+
+
 def test_recursion_is_an_error(session) -> None:
     result = session.run("def f(n):\n    return f(n + 1)\nf(0)")
     assert "RecursionError" in result.error

@@ -38,6 +38,8 @@ EXPECTED = {
     "read-etc-passwd": (D, A, D, D, A, A),
     "read-0600-canary": (D, A, D, D, D, A),
     "list-proc": (D, A, D, D, A, A),
+    "read-server-environ": (D, D, D, D, D, D),  # Landlock, another uid, or the dropped capabilities
+    "write-cwd": (D, D, D, D, D, D),  # Landlock, and the empty directory is mode 0555
     "create-file-in-tmp": (D, A, D, D, A, A),
     "write-dev-shm": (D, D, D, D, A, A),  # without Landlock, RLIMIT_FSIZE=0 still stops the content
     "open-socket": (D, D, A, D, A, A),
@@ -45,6 +47,7 @@ EXPECTED = {
     "fork": (D, D, A, D, A, A),
     "exec": (D, D, D, D, A, A),  # Landlock allows no execute outside the library paths
     "signal-server": (D, D, D, D, D, A),  # Landlock's signal scope, seccomp, or another uid
+    "signal-zygote": (D, D, D, D, D, A),
     "process-vm-readv-server": (D, D, D, D, D, D),  # also the capability drop: a capless root cannot ptrace
     "memfd-create": (D, D, A, D, A, A),
     "raise-rlimit": (D, D, D, A, A, A),
@@ -56,6 +59,8 @@ def attacks(canary: str, server: int, port: int, tag: str) -> dict[str, str]:
         "read-etc-passwd": "result = open('/etc/passwd').read()[:8]",
         "read-0600-canary": f"result = open({canary!r}).read()",
         "list-proc": "import os\nresult = os.listdir('/proc')[:3]",
+        "read-server-environ": f"result = open('/proc/{server}/environ', 'rb').read()[:8]",
+        "write-cwd": "f = open('escape.txt', 'w')\nf.write('x')\nf.close()",
         "create-file-in-tmp": (
             f"import os\nos.close(os.open('/tmp/ms-{tag}-' + str(os.getpid()), os.O_CREAT | os.O_WRONLY))"
         ),
@@ -67,6 +72,7 @@ def attacks(canary: str, server: int, port: int, tag: str) -> dict[str, str]:
         "fork": "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)",
         "exec": "import os\nos.execv('/bin/true', ['true'])",
         "signal-server": f"import os\nos.kill({server}, 0)",
+        "signal-zygote": "import os\nos.kill(os.getppid(), 0)",
         "process-vm-readv-server": (
             "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "class IOV(ctypes.Structure):\n    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"

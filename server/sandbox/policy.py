@@ -450,7 +450,8 @@ class OutputBuffer:
         if not isinstance(text, str):
             text = str(text)
         room = self.cap - self.size
-        data = text.encode("utf-8", "replace")
+        data = text.encode("utf-8", "replace")  # lone surrogates become '?': the output must be valid UTF-8
+        text = data.decode("utf-8")
         if len(data) > room:
             self.parts.append(data[: max(room, 0)].decode("utf-8", "ignore"))
             self.size = self.cap

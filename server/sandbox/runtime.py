@@ -57,7 +57,7 @@ def format_error(exc: BaseException, cap: int) -> str:
     except Exception:  # a snippet exception whose __str__ fails
         message = "<unprintable message>"
     text = _scrub_paths(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
-    text = " ".join(text.split())
+    text = " ".join(text.encode("utf-8", "replace").decode("utf-8").split())
     text = f"{where}: {text}" if where else text
     return text if len(text) <= cap else text[: cap - 15] + " ... [truncated]"
 

@@ -68,6 +68,10 @@ def to_json_answer(value: Any, limits: AnswerLimits = AnswerLimits()) -> Any:
         if t is str:
             if len(v) > limits.max_string:
                 raise AnswerError(f"strings in the answer must be at most {limits.max_string} characters")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise AnswerError("strings in the answer must be valid Unicode text") from None
             return v
         if t in _NUMPY_SCALARS:
             return convert(v.item(), depth)
