@@ -102,6 +102,8 @@ FORMAT_STRINGS = [
     ("format-index", "print('{0[0]}'.format([1]))", r"format fields"),
     ("format-map", "print('{a.real}'.format_map({'a': 1}))", r"format fields"),
     ("format-nested", "print('{0:{1.__class__}}'.format(1, 2))", r"format fields"),
+    ("unbound-str-format", "print(str.format('{0.__class__.__base__.__subclasses__}', 1))", r"str\.format is refused"),
+    ("unbound-format-map", "print(getattr(str, 'format_map')('{a.__class__}', {'a': 1}))", r"refused"),
     ("string-formatter", "import string\nprint(string.Formatter().get_field('0.__class__', [1], {}))", r"ImportError"),
 ]
 

@@ -249,8 +249,11 @@ def guarded_getattr(obj: Any, name: Any, *default: Any) -> Any:
         raise TypeError("attribute name must be a string")
     if name.startswith("_") or name in INSPECT_ATTRIBUTES:
         raise AttributeError(f"attribute {name!r} is not available in the sandbox (names starting with '_')")
-    if name in ("format", "format_map") and isinstance(obj, str):
-        return _bound_format(obj) if name == "format" else _bound_format_map(obj)
+    if name in ("format", "format_map"):
+        if isinstance(obj, str):
+            return _bound_format(obj) if name == "format" else _bound_format_map(obj)
+        if isinstance(obj, type) and issubclass(obj, str):  # str.format(template, ...) walks fields in C
+            raise AttributeError(f"str.{name} is refused: write 'template'.{name}(...) instead")
     if name in DENIED_ATTRIBUTES and not isinstance(obj, Facade):  # a facade's members are an explicit allowlist
         reason = REFUSED_REASONS.get(name, "it can reach files, raw memory or the interpreter")
         raise AttributeError(f"attribute {name!r} is refused: {reason}")
