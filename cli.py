@@ -1,4 +1,4 @@
-"""The ``mechsandbox`` command: ``tasks [--json]``, ``gen-art [--check]`` (``serve``/``eval`` later)."""
+"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]`` (``eval`` later)."""
 
 from __future__ import annotations
 
@@ -40,6 +40,13 @@ def _gen_art(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from .server.app import main as serve
+
+    serve(host=args.host, port=args.port)
+    return 0
+
+
 def _not_yet(args: argparse.Namespace) -> int:
     print(
         f"mechsandbox {args.command}: not available in this version yet (the server and the eval "
@@ -60,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="artifacts directory (default: the package's artifacts/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=_gen_art)
-    for name in ("serve", "eval"):
-        p = sub.add_parser(name, help="(later issue)")
-        p.set_defaults(fn=_not_yet)
+    p = sub.add_parser("serve", help="run the OpenEnv server (settings: MECHSANDBOX_* environment variables)")
+    p.add_argument("--host", help="bind address (default MECHSANDBOX_HOST or 0.0.0.0)")
+    p.add_argument("--port", type=int, help="port (default MECHSANDBOX_PORT, PORT or 8000)")
+    p.set_defaults(fn=_serve)
+    p = sub.add_parser("eval", help="(later issue)")
+    p.set_defaults(fn=_not_yet)
     args, _ = parser.parse_known_args(argv)
     return int(args.fn(args))
 

@@ -59,8 +59,8 @@ def test_answer_example_is_valid_for_any_instance(task_id: str) -> None:
 def test_tasks_table_and_unavailable_commands() -> None:
     table = subprocess.run([*CLI, "tasks"], capture_output=True, text=True, check=True).stdout
     assert all(t in table for t in SEVEN)
-    serve = subprocess.run([*CLI, "serve"], capture_output=True, text=True)
-    assert serve.returncode == 2 and "not available" in serve.stderr
+    evaluate = subprocess.run([*CLI, "eval"], capture_output=True, text=True)
+    assert evaluate.returncode == 2 and "not available" in evaluate.stderr
 
 
 def test_committed_artifacts_match_regeneration() -> None:

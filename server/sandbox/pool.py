@@ -25,10 +25,10 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ...jsonvalue import AnswerError, check_json_value
 from .frames import FrameError, recv_frame, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
-from .solution import AnswerError, to_json_answer
 
 log = logging.getLogger("mechsandbox.sandbox")
 
@@ -370,10 +370,13 @@ class SandboxSession:
         self.worker: Worker | None = None
         self.lock = threading.Lock()
         self.resets = 0
+        self.closed = False
         self._ensure_worker()
 
     def _ensure_worker(self) -> bool:
         """Give the session a loaded worker; True when a previous one was lost (namespace reset)."""
+        if self.closed:
+            raise SandboxUnavailable("this sandbox session is closed")
         if self.worker is not None and self.worker.alive:
             return False
         lost = self.worker is not None
@@ -434,7 +437,7 @@ class SandboxSession:
         if reply.get("error") or "value" not in reply:
             return None, str(reply.get("error") or "no value")
         try:
-            return to_json_answer(reply["value"]), None
+            return check_json_value(reply["value"]), None
         except AnswerError as exc:
             return None, str(exc)
 
@@ -451,6 +454,7 @@ class SandboxSession:
 
     def close(self) -> None:
         with self.lock:
+            self.closed = True
             if self.worker is not None:
                 self.pool.release(self.worker)
                 self.worker = None

@@ -1,0 +1,198 @@
+"""The FastAPI app: our stateful routes first, then OpenEnv's (``/ws``, ``/metadata``, ``/schema``,
+``/mcp``, the Task API). Run with ``mechsandbox serve`` or ``python -m mechsandbox.server.app``.
+
+Why our own ``/reset``, ``/step``, ``/state`` and ``/health``: OpenEnv's HTTP routes build a fresh
+environment per call (so an HTTP episode could never continue), and its ``/health`` is always
+"healthy". Ours keep HTTP episodes in the ``Service`` under a server-issued ``episode_id`` and report
+the sandbox's real state. The first route registered for a path wins, so OpenEnv's same-named routes
+are shadowed. One session cap covers WebSocket and HTTP episodes (``SharedCapServer``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import time
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from openenv.core.env_server.exceptions import SessionCapacityError
+from openenv.core.env_server.http_server import HTTPEnvServer
+from openenv.core.env_server.serialization import serialize_observation
+from openenv.core.env_server.types import ConcurrencyConfig
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from .. import BENCHMARK_VERSION
+from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from .episode import EpisodeError
+from .limits import RequestLimits
+from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
+from .service import Service
+from .settings import ServerSettings
+
+log = logging.getLogger("mechsandbox.server")
+
+
+class SharedCapServer(HTTPEnvServer):
+    """OpenEnv's server, with its WebSocket session cap counting our HTTP episodes too."""
+
+    def __init__(self, *args: Any, service: Service, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.service = service
+
+    async def _create_session(self) -> Any:
+        total = self.active_sessions + self.service.http_count()
+        if total >= self.service.settings.session_cap:
+            raise SessionCapacityError(active_sessions=total, max_sessions=self.service.settings.session_cap)
+        return await super()._create_session()
+
+
+def one_line(message: Any) -> str:
+    return " ".join(str(message).split())[:2000]
+
+
+def validation_message(exc: ValidationError | RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "__root__"))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        parts.append(f"{where}: {msg}" if where else msg)
+    return one_line("; ".join(parts) or "invalid request")
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"detail": one_line(message)}, status_code=status)
+
+
+def observation_response(obs: dict[str, Any]) -> dict[str, Any]:
+    body = serialize_observation(MechSandboxObservation(**obs))
+    body["episode_id"] = obs.get("episode_id")
+    return body
+
+
+async def json_body(request: Request) -> Any:
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise EpisodeError(f"the request body is not valid JSON ({type(exc).__name__})") from None
+
+
+def create_app(service: Service | None = None) -> FastAPI:
+    service = service or Service()
+    settings = service.settings
+    app = FastAPI(
+        title="MechSandbox",
+        version=BENCHMARK_VERSION,
+        description="Mechanistic-interpretability benchmark and RL environment (OpenEnv protocol).",
+    )
+    app.state.service = service
+
+    @app.exception_handler(EpisodeError)
+    async def _episode_error(request: Request, exc: EpisodeError) -> JSONResponse:
+        return error(exc.status, str(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return error(422, validation_message(exc))
+
+    @app.post("/reset", tags=["Episodes"], summary="Start an episode (stateful; body optional)")
+    async def reset(request: Request) -> dict[str, Any]:
+        params = await json_body(request)
+        if not isinstance(params, dict):
+            raise EpisodeError('the reset body must be a JSON object, e.g. {"task_id": "copy-head", "seed": 3}')
+        params.pop("episode_id", None)  # a client-supplied id is ignored: the server issues its own
+        episode = await run_in_threadpool(service.open_episode, params, "http")
+        return observation_response(episode.reset_observation())
+
+    @app.post("/step", tags=["Episodes"], summary="Act in an HTTP episode (needs episode_id)")
+    async def step(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise EpisodeError('the step body must be a JSON object: {"action": {...}, "episode_id": "..."}')
+        episode = service.http_episode(body.get("episode_id"))
+        if not isinstance(body.get("action"), dict):
+            return error(
+                422, "action must be an object with exactly one of python_code, solution_target, solution_from"
+            )
+        try:
+            action = MechSandboxAction.model_validate(body["action"])
+        except ValidationError as exc:
+            return error(422, validation_message(exc))
+        service.check_rate(episode)
+        payload = action.model_dump(include={"python_code", "solution_target", "solution_from"})
+        obs = await run_in_threadpool(episode.step, payload)
+        return observation_response(obs)
+
+    @app.get("/state", tags=["Episodes"], summary="State of an HTTP episode")
+    async def state(episode_id: str | None = None) -> dict[str, Any]:
+        return service.http_episode(episode_id).state()
+
+    @app.get("/health", tags=["Health"], summary="Health and active isolation layers")
+    async def health() -> JSONResponse:
+        report = service.health()
+        return JSONResponse(report, status_code=200 if report["status"] == "healthy" else 503)
+
+    @app.get("/tasks", tags=["Tasks"], summary="Families, levels, answer schemas, budgets and versions")
+    async def tasks() -> dict[str, Any]:
+        return service.tasks()
+
+    server = SharedCapServer(
+        functools.partial(MechSandboxEnvironment, service=service),
+        MechSandboxAction,
+        MechSandboxObservation,
+        concurrency_config=ConcurrencyConfig(
+            max_concurrent_envs=settings.session_cap, session_timeout=settings.idle_timeout_s
+        ),
+        env_name=ENV_NAME,
+        state_cls=MechSandboxState,
+        service=service,
+    )
+    service.ws_count = lambda: server.active_sessions
+    server.register_routes(app)
+
+    async def _start() -> None:
+        started = time.perf_counter()
+        service.start()
+        log.info("sandbox ready in %.1f s; isolation: %s", time.perf_counter() - started, service.health()["isolation"])
+
+    async def _stop() -> None:
+        service.stop()
+
+    app.router.on_startup.insert(0, _start)
+    app.router.on_shutdown.append(_stop)
+    app.add_middleware(RequestLimits, max_body=settings.max_body_bytes, token=settings.api_token)
+    return app
+
+
+def main(host: str | None = None, port: int | None = None) -> None:
+    """Run the server with uvicorn (settings from ``MECHSANDBOX_*`` / ``PORT``)."""
+    settings = ServerSettings.from_env()
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    service = Service(settings)
+    uvicorn.run(
+        create_app(service),
+        host=host or settings.host,
+        port=port or settings.port,
+        log_level=settings.log_level,
+        ws_max_size=settings.max_body_bytes,
+        timeout_graceful_shutdown=5,
+    )
+
+
+def __getattr__(name: str) -> Any:
+    """``uvicorn mechsandbox.server.app:app`` builds the app on first access (importing stays cheap)."""
+    if name == "app":
+        return create_app()
+    raise AttributeError(name)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,95 @@
+"""ASGI middleware for what every request must respect before any route runs: body size, JSON
+nesting depth and (optionally) a bearer token.
+
+Why here: a 10 MB body or a 100 000-deep JSON array must be refused before a JSON parser sees it
+(``json.loads`` raises RecursionError on deep nesting, which would otherwise surface as a 500 on
+OpenEnv's routes). Bodies are read up to the cap and replayed to the app.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+MAX_DEPTH = 64
+OPEN_ROUTES = ("/health",)
+
+
+def nesting_depth(body: bytes) -> int:
+    """Deepest ``[``/``{`` nesting outside JSON strings (a byte scan, no parsing)."""
+    if body.count(b"[") + body.count(b"{") <= MAX_DEPTH:
+        return 0
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    return deepest
+
+
+class RequestLimits:
+    def __init__(self, app: Any, max_body: int, token: str = ""):
+        self.app, self.max_body, self.token = app, max_body, token.encode()
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        if self.token and scope.get("path") not in OPEN_ROUTES and not self._authorised(scope):
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
+                return None
+            return await _reply(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        if scope["type"] == "websocket":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body:
+            return await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+        chunks, size, more = [], 0, True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        if nesting_depth(body) > MAX_DEPTH:
+            return await _reply(send, 422, f"JSON nested deeper than {MAX_DEPTH} levels")
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await self.app(scope, replay, send)
+
+    def _authorised(self, scope: dict) -> bool:
+        header = dict(scope.get("headers") or []).get(b"authorization", b"")
+        return header.startswith(b"Bearer ") and hmac.compare_digest(header[7:].strip(), self.token)
+
+
+async def _reply(send: Any, status: int, message: str) -> None:
+    body = json.dumps({"detail": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

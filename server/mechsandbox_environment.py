@@ -1,0 +1,126 @@
+"""The OpenEnv adapter: one ``MechSandboxEnvironment`` per WebSocket connection (and a throwaway one
+for OpenEnv's metadata and task routes). It only translates between OpenEnv's types and the
+framework-free ``Service``/``Episode``; all rules live in ``episode.py``.
+
+>>> env = MechSandboxEnvironment(service=service)
+>>> obs = env.reset(task_id="copy-head", seed=3, level="easy")
+>>> obs = env.step(MechSandboxAction(python_code="print(model.cfg)"))
+>>> obs = env.step(MechSandboxAction(solution_target=[[1, 4]]))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+
+from .. import BENCHMARK_VERSION
+from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from ..tasks import LEVELS, families
+from .episode import Episode
+from .service import Service
+from .splits import SPLITS
+
+ENV_NAME = "mechsandbox"
+DESCRIPTION = (
+    "Mechanistic-interpretability tasks with exact ground truth: probe a small PyTorch model with Python snippets "
+    "in a sandbox, then submit what the planted mechanism is."
+)
+
+
+class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservation, MechSandboxState]):
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, service: Service):
+        super().__init__()
+        self.service = service
+        self.episode: Episode | None = None
+
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task_id: str | None = None,
+        level: str | None = None,
+        task_level: str | None = None,
+        split: str | None = None,
+        index: int | None = None,
+        **kwargs: Any,
+    ) -> MechSandboxObservation:
+        params = {"seed": seed, "task_id": task_id, "level": level, "task_level": task_level, "split": split,
+                  "index": index, **kwargs}  # fmt: skip
+        params = {k: v for k, v in params.items() if v is not None}
+        self.close()
+        self.episode = self.service.open_episode(params, transport="websocket")
+        return MechSandboxObservation(**self.episode.reset_observation())
+
+    def step(self, action: MechSandboxAction, timeout_s: float | None = None, **kwargs: Any) -> MechSandboxObservation:
+        if self.episode is None:
+            raise RuntimeError("call reset before step")
+        self.service.check_rate(self.episode)
+        payload = action.model_dump(include={"python_code", "solution_target", "solution_from"})
+        return MechSandboxObservation(**self.episode.step(payload))
+
+    @property
+    def state(self) -> MechSandboxState:
+        if self.episode is None:
+            return MechSandboxState()
+        return MechSandboxState(**self.episode.state())
+
+    def close(self) -> None:
+        if self.episode is not None:
+            self.episode.close()
+            self.episode = None
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        versions = ", ".join(f"{f.id}={f.family_version}" for f in families())
+        return EnvironmentMetadata(
+            name=ENV_NAME,
+            description=f"{DESCRIPTION} Benchmark {BENCHMARK_VERSION}; family versions: {versions}.",
+            version=BENCHMARK_VERSION,
+            author="MechSandbox developers",
+            documentation_url="https://huggingface.co/docs/openenv",
+        )
+
+    # --- OpenEnv TaskProvider: tasks are family x level; reset(split=..., index=...) picks an instance ---
+
+    def list_splits(self) -> list[dict[str, str]]:
+        return [{"name": s, "type": s} for s in SPLITS]
+
+    def _tasks(self, split: str) -> list[dict[str, Any]]:
+        if split not in SPLITS:
+            raise IndexError(split)
+        out = []
+        for fam in families():
+            for level in LEVELS:
+                out.append({
+                    "id": f"{fam.id}/{level}",
+                    "index": len(out),
+                    "task_id": fam.id,
+                    "level": level,
+                    "split": split,
+                    "family_version": fam.family_version,
+                    "max_steps": fam.max_steps[level],
+                    "instances": self.service.settings.test_instances if split == "test" else TRAIN_INSTANCES,
+                    "reset": {"task_id": fam.id, "level": level, "split": split},
+                })  # fmt: skip
+        return out
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        return self._tasks(split)
+
+    def num_tasks(self, split: str) -> int:
+        return len(self._tasks(split))
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        tasks = self._tasks(split)
+        if not 0 <= index < len(tasks):
+            raise IndexError(index)
+        return tasks[index]
+
+    def get_task_range(self, split: str, start: int, stop: int) -> list[dict[str, Any]]:
+        return self._tasks(split)[start:stop]
+
+
+TRAIN_INSTANCES = 2**31

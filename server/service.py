@@ -1,0 +1,217 @@
+"""The server's shared state: sandbox pool, instance cache, HTTP episodes, the session cap, the salt.
+
+One ``Service`` per process. WebSocket episodes live in OpenEnv's per-connection environments;
+HTTP episodes live here, keyed by a 128-bit server-issued ``episode_id``. Both count against one cap
+(``ws_count`` is wired to OpenEnv's session table by ``app.py``). Idle HTTP episodes are reaped by a
+thread, which kills their workers. Nothing here knows about HTTP or OpenEnv.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import BENCHMARK_VERSION
+from ..tasks import LEVELS, families, get_family
+from .episode import Episode, EpisodeError
+from .instance_cache import InstanceCache
+from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
+from .settings import ServerSettings
+from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_ref
+
+log = logging.getLogger("mechsandbox.server")
+
+RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "episode_id")
+
+
+class CapacityError(EpisodeError):
+    status = 429
+
+
+class RateLimited(EpisodeError):
+    status = 429
+
+
+class UnknownEpisode(EpisodeError):
+    status = 404
+
+
+class ServiceUnavailable(EpisodeError):
+    status = 503
+
+
+class Service:
+    def __init__(self, settings: ServerSettings | None = None, sandbox: SandboxSettings | None = None):
+        self.settings = settings or ServerSettings.from_env()
+        self.sandbox_settings = sandbox or SandboxSettings.from_env()
+        self.pool = SandboxPool(self.sandbox_settings)
+        self.cache = InstanceCache(self.settings.cache_size)
+        self.http: dict[str, Episode] = {}
+        self.lock = threading.Lock()
+        self.ws_count: Callable[[], int] = lambda: 0
+        self.stopped = threading.Event()
+        if self.settings.test_salt:
+            self.salt = self.settings.test_salt.encode()
+            self.salt_is_random = False
+        else:
+            self.salt = secrets.token_bytes(32)
+            self.salt_is_random = True
+
+    # --- life cycle ----------------------------------------------------------------------------
+
+    def start(self) -> Service:
+        if self.salt_is_random:
+            log.warning(
+                "MECHSANDBOX_TEST_SALT is not set: a random test salt is in use, so test-split instances and "
+                "results are NOT comparable across restarts or replicas. Set it for any leaderboard run."
+            )
+        self.pool.start()
+        threading.Thread(target=self._reap_loop, name="episode-reaper", daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self.lock:
+            episodes = list(self.http.values())
+            self.http.clear()
+        for episode in episodes:
+            episode.close()
+        self.pool.close()
+
+    # --- episodes ------------------------------------------------------------------------------
+
+    def resolve(self, params: dict[str, Any]) -> InstanceRef:
+        """Validate reset parameters into an instance reference; one-line errors for the client."""
+        unknown = sorted(set(params) - set(RESET_FIELDS))
+        if unknown:
+            raise EpisodeError(f"unknown reset fields {unknown}; allowed: {', '.join(RESET_FIELDS[:-1])}")
+        task_id = params.get("task_id") or self.settings.default_task
+        if not isinstance(task_id, str):
+            raise EpisodeError("task_id must be a string such as 'dead-neurons'")
+        try:
+            family = get_family(task_id)
+        except (KeyError, ValueError):
+            known = ", ".join(f.id for f in families())
+            raise EpisodeError(f"unknown task_id {task_id!r}; known: {known}") from None
+        level = params.get("level", params.get("task_level")) or "easy"
+        if level not in LEVELS:
+            raise EpisodeError(f"level must be one of {list(LEVELS)}")
+        split = params.get("split") or "train"
+        if split not in SPLITS:
+            raise EpisodeError(f"split must be one of {list(SPLITS)}")
+        if split == "test":
+            if params.get("seed") is not None:
+                raise EpisodeError("test instances are chosen by index, not seed")
+            index = params.get("index", 0)
+            if type(index) is not int or not 0 <= index < self.settings.test_instances:
+                raise EpisodeError(f"index must be an integer in [0, {self.settings.test_instances})")
+            return heldout_ref(self.salt, family.id, level, index)
+        seed = params.get("seed")
+        if seed is None:
+            seed = secrets.randbelow(TRAIN_SEED_LIMIT)
+        if type(seed) is not int or not 0 <= seed < TRAIN_SEED_LIMIT:
+            raise EpisodeError(f"seed must be an integer in [0, {TRAIN_SEED_LIMIT})")
+        return train_ref(family.id, level, seed)
+
+    def open_episode(self, params: dict[str, Any], transport: str) -> Episode:
+        ref = self.resolve(params)
+        if not self.pool.healthy():
+            raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
+        if transport == "http" and self.total_sessions() >= self.settings.session_cap:
+            raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
+        cached = self.cache.get(ref.task_id, ref.seed, ref.level)
+        try:
+            sandbox = self.pool.open_session(cached.payload)
+        except SandboxUnavailable as exc:
+            raise ServiceUnavailable(str(exc)) from None
+        episode = Episode(
+            episode_id=secrets.token_urlsafe(16),
+            ref=ref,
+            family=get_family(ref.task_id),
+            instance=cached.instance,
+            sandbox=sandbox,
+            reveal_truth=self.settings.reveal_truth,
+            transport=transport,
+        )
+        if transport == "http":
+            with self.lock:
+                live = sum(1 for e in self.http.values() if not e.done)
+                if live + self.ws_count() >= self.settings.session_cap:
+                    episode.close()
+                    raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
+                self.http[episode.episode_id] = episode
+        return episode
+
+    def http_episode(self, episode_id: Any) -> Episode:
+        if not isinstance(episode_id, str) or not episode_id:
+            raise EpisodeError("HTTP episodes need the episode_id returned by /reset (or use the WebSocket at /ws)")
+        with self.lock:
+            episode = self.http.get(episode_id)
+        if episode is None:
+            raise UnknownEpisode("unknown or expired episode_id; call /reset to start an episode")
+        return episode
+
+    def close_http(self, episode_id: str) -> None:
+        with self.lock:
+            episode = self.http.pop(episode_id, None)
+        if episode is not None:
+            episode.close()
+
+    def check_rate(self, episode: Episode) -> None:
+        """At most ``rate_limit`` steps per second per session (off when 0)."""
+        if self.settings.rate_limit <= 0:
+            return
+        now = time.monotonic()
+        if now - episode.last_step_at < 1.0 / self.settings.rate_limit:
+            raise RateLimited(f"more than {self.settings.rate_limit:g} steps per second in this session; slow down")
+        episode.last_step_at = now
+
+    def http_count(self) -> int:
+        """Live HTTP episodes (finished ones stay readable through /state until reaped, but hold no worker)."""
+        with self.lock:
+            return sum(1 for e in self.http.values() if not e.done)
+
+    def total_sessions(self) -> int:
+        return self.http_count() + self.ws_count()
+
+    def _reap_loop(self) -> None:
+        interval = max(0.2, min(30.0, self.settings.idle_timeout_s / 4))
+        while not self.stopped.wait(interval):
+            cutoff = time.monotonic() - self.settings.idle_timeout_s
+            with self.lock:
+                idle = [e for e in self.http.values() if e.last_activity < cutoff and not e.lock.locked()]
+                for episode in idle:
+                    self.http.pop(episode.episode_id, None)
+            for episode in idle:
+                log.info("reaped idle HTTP episode %s…", episode.episode_id[:6])
+                episode.close()
+
+    # --- public descriptions ---------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        status = self.pool.status()
+        return {
+            "status": "healthy" if status["healthy"] else "unhealthy",
+            "isolation": status["layers"],
+            "isolation_active": status["active"],
+            "landlock_abi": status["landlock_abi"],
+            "sessions": {"http": self.http_count(), "websocket": self.ws_count(), "cap": self.settings.session_cap},
+            "workers": {"warm": status["warm_workers"], "live": status["workers"]},
+            "memory_kills": status["memory_kills"],
+            "zygote_restarts": status["zygote_restarts"],
+            "benchmark_version": BENCHMARK_VERSION,
+            "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else "fixed",
+        }
+
+    def tasks(self) -> dict[str, Any]:
+        return {
+            "benchmark_version": BENCHMARK_VERSION,
+            "default_task": self.settings.default_task,
+            "splits": list(SPLITS),
+            "test_instances_per_level": self.settings.test_instances,
+            "tasks": [f.card() for f in families()],
+        }

@@ -1,0 +1,58 @@
+"""Train and test instances: who chooses the seed, and how a test seed stays secret.
+
+``train``: the client chooses the seed (< 2**31) and level. ``test``: the client chooses a task,
+level and index k; the server derives the seed from HMAC-SHA256(salt, "test/{family}/{level}/{k}")
+(the first 8 bytes that are not below 2**31, so test seeds never collide with train seeds) and
+addresses the instance by an opaque HMAC-derived id. The seed of a test instance never leaves the
+server, so a test instance cannot be regenerated offline to read its truth.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from dataclasses import dataclass
+
+TRAIN_SEED_LIMIT = 2**31
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class InstanceRef:
+    """Where an episode's instance comes from (the seed stays in the server)."""
+
+    task_id: str
+    level: str
+    split: str
+    seed: int
+    instance_id: str
+    index: int | None = None
+
+
+def heldout_seed(salt: bytes, task_id: str, level: str, index: int) -> int:
+    digest = hmac.new(salt, f"test/{task_id}/{level}/{index}".encode(), hashlib.sha256).digest()
+    for start in range(0, len(digest) - 7, 8):
+        seed = int.from_bytes(digest[start : start + 8], "big")
+        if seed >= TRAIN_SEED_LIMIT:
+            return seed
+    return TRAIN_SEED_LIMIT + index  # 2**-132 chance: every 8-byte window below 2**31
+
+
+def heldout_instance_id(salt: bytes, task_id: str, level: str, index: int) -> str:
+    digest = hmac.new(salt, f"instance/{task_id}/{level}/{index}".encode(), hashlib.sha256).hexdigest()
+    return f"test-{digest[:20]}"
+
+
+def train_ref(task_id: str, level: str, seed: int) -> InstanceRef:
+    return InstanceRef(task_id, level, "train", seed, f"train-{task_id}-{level}-{seed}")
+
+
+def heldout_ref(salt: bytes, task_id: str, level: str, index: int) -> InstanceRef:
+    return InstanceRef(
+        task_id,
+        level,
+        "test",
+        heldout_seed(salt, task_id, level, index),
+        heldout_instance_id(salt, task_id, level, index),
+        index,
+    )
