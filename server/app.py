@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import signal
 import time
 from typing import Any
 
@@ -177,6 +178,10 @@ def main(host: str | None = None, port: int | None = None) -> None:
     settings = ServerSettings.from_env()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = Service(settings)
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handler it
+    # found; this one turns that into a clean exit status 0 (containers and supervisors expect it).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _exit_cleanly)
     uvicorn.run(
         create_app(service),
         host=host or settings.host,
@@ -185,6 +190,10 @@ def main(host: str | None = None, port: int | None = None) -> None:
         ws_max_size=settings.max_body_bytes,
         timeout_graceful_shutdown=5,
     )
+
+
+def _exit_cleanly(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
 
 def __getattr__(name: str) -> Any:

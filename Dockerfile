@@ -1,0 +1,32 @@
+# MechSandbox server image (CPU). Build: docker build -t mechsandbox .   Run: docker run -p 8000:8000 mechsandbox
+FROM python:3.11-slim
+
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+ARG TORCH_VERSION=2.13.0
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    ENABLE_WEB_INTERFACE=false \
+    MECHSANDBOX_HOST=0.0.0.0 \
+    PORT=8000
+
+# libseccomp2 for the sandbox's seccomp layer (Landlock needs no library).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libseccomp2 \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY . /tmp/mechsandbox-src
+RUN TORCH_INDEX_URL="$TORCH_INDEX_URL" TORCH_VERSION="$TORCH_VERSION" sh /tmp/mechsandbox-src/docker/install.sh /tmp/mechsandbox-src \
+    && rm -rf /tmp/mechsandbox-src
+
+# Non-root: the sandbox then relies on Landlock + seccomp + rlimits (the per-worker uid drop needs root).
+RUN useradd --create-home --uid 1000 mechsandbox
+USER mechsandbox
+WORKDIR /home/mechsandbox
+
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \
+    CMD python -c "import os, sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:%s/health' % os.environ.get('PORT', '8000'), timeout=8).status != 200)"
+
+CMD ["mechsandbox", "serve"]

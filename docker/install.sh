@@ -1,0 +1,20 @@
+#!/bin/sh
+# Install MechSandbox with a CPU build of torch into the current Python environment.
+# The Dockerfile runs this, and tests/test_container.py runs it in a clean virtualenv, so the
+# image's install steps are tested even where no Docker engine runs.
+#   TORCH_INDEX_URL  where torch comes from (default in the Dockerfile: the PyTorch CPU index;
+#                    empty = pip's own configuration, e.g. a local wheel directory)
+#   TORCH_VERSION    default 2.13.0
+set -eu
+SRC=${1:-.}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+if [ -n "${TORCH_INDEX_URL:-}" ]; then
+    python -m pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
+else
+    python -m pip install --no-cache-dir "torch==$TORCH_VERSION"
+fi
+python -m pip install --no-cache-dir "$SRC"
+# The artifacts ship in the package; regenerate them in memory and compare bytes with the manifest.
+if ! python -m mechsandbox.cli gen-art --check --quiet; then
+    echo "docker/install.sh: warning: artifacts differ on this platform (truth is unaffected; see SPEC-tasks §3)" >&2
+fi
