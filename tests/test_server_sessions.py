@@ -3,6 +3,7 @@ worker cleanup and health recovery, against a real server process."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -50,6 +51,18 @@ def test_typed_client_plays_an_episode(server) -> None:
         assert state.step_count == 1 and state.task_id == "fourier-frequencies"
         graded = env.submit(truth["frequencies"])
         assert graded.done and graded.reward >= 0.95 and graded.observation.truth == truth
+
+
+def test_async_typed_client(server) -> None:
+    async def play() -> tuple[str, bool]:
+        async with MechSandboxEnv(base_url=server.url) as env:
+            await env.reset(task_id="dead-neurons", seed=2)
+            ran = await env.run("print(X.shape[1])")
+            graded = await env.submit_from("X")  # not an answer shape: an error that costs a step
+            return ran.observation.stdout_or_error, graded.done
+
+    out, done = asyncio.run(play())
+    assert out.strip().isdigit() and done is False
 
 
 def test_generic_client_plays_an_episode(server) -> None:
@@ -185,3 +198,12 @@ def test_idle_http_episodes_are_reaped_with_their_workers(small_server) -> None:
         assert response.status_code == 404 and "expired" in response.json()["detail"]
         assert settle(small_server, 2) == 2
         assert http.get("/health").json()["sessions"]["http"] == 0
+
+
+def test_idle_websocket_sessions_are_reaped(small_server) -> None:
+    with MechSandboxEnv(base_url=small_server.url, message_timeout_s=30).sync() as env:
+        env.reset(seed=8)
+        time.sleep(11.0)  # OpenEnv's reaper checks every max(timeout / 4, 5 s)
+        with pytest.raises(RuntimeError):
+            env.run("print(1)")
+    assert settle(small_server, 2) == 2
