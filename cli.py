@@ -47,13 +47,10 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _not_yet(args: argparse.Namespace) -> int:
-    print(
-        f"mechsandbox {args.command}: not available in this version yet (the server and the eval "
-        "harness come with later issues); `mechsandbox tasks` and `mechsandbox gen-art` work now",
-        file=sys.stderr,
-    )
-    return 2
+def _eval(args: argparse.Namespace) -> int:
+    from .evaluation.cli import run_eval
+
+    return run_eval(args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,8 +68,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", help="bind address (default MECHSANDBOX_HOST or 0.0.0.0)")
     p.add_argument("--port", type=int, help="port (default MECHSANDBOX_PORT, PORT or 8000)")
     p.set_defaults(fn=_serve)
-    p = sub.add_parser("eval", help="(later issue)")
-    p.set_defaults(fn=_not_yet)
+    p = sub.add_parser("eval", help="run an agent over many episodes and write a report")
+    p.add_argument("--agent", choices=["scripted", "random", "llm"], required=True)
+    p.add_argument("--tasks", default="all", help="all, or comma-separated task ids / aliases")
+    p.add_argument("--level", default="all", help="easy, medium, hard, a comma list, or all (default)")
+    p.add_argument("--split", choices=["train", "test"], default="test")
+    p.add_argument("--seeds", help="train only: a seed range A-B")
+    p.add_argument("--episodes", type=int, default=20, help="episodes per task and level (default 20)")
+    p.add_argument("--url", help="a running server (default: start a local one)")
+    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--compare", nargs="*", default=[], help="other runs' output dirs, drawn as baselines")
+    p.add_argument("--out", required=True, help="output directory")
+    p.set_defaults(fn=_eval)
     args, _ = parser.parse_known_args(argv)
     return int(args.fn(args))
 

@@ -4,37 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 
 import httpx
+from mechsandbox.evaluation.local_server import LocalServer, free_port
+
+__all__ = ["children", "cmdline", "free_port", "running_server"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RunningServer:
-    def __init__(self, process: subprocess.Popen, port: int, log_path: str):
-        self.process, self.port, self.log_path = process, port, log_path
-        self.url = f"http://127.0.0.1:{port}"
-
+class RunningServer(LocalServer):
     def http(self) -> httpx.Client:
         return httpx.Client(base_url=self.url, timeout=60.0)
 
     def log(self) -> str:
-        with open(self.log_path) as f:
-            return f.read()
+        return self.log_path.read_text() if self.log_path else ""
 
     def zygote_pid(self) -> int:
-        health_children = children(self.process.pid)
-        return next(pid for pid in health_children if b"sandbox.zygote" in cmdline(pid))
+        return next(pid for pid in children(self.process.pid) if b"sandbox.zygote" in cmdline(pid))
 
 
 def cmdline(pid: int) -> bytes:
@@ -46,6 +32,7 @@ def cmdline(pid: int) -> bytes:
 
 
 def children(pid: int) -> list[int]:
+    """Live (non-zombie) children of ``pid``."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -62,33 +49,6 @@ def children(pid: int) -> list[int]:
 
 @contextlib.contextmanager
 def running_server(tmp_path, **env: str) -> Iterator[RunningServer]:
-    port = free_port()
-    log_path = str(tmp_path / f"server-{port}.log")
-    environ = {**os.environ, "MECHSANDBOX_HOST": "127.0.0.1", "MECHSANDBOX_PORT": str(port),
-               "MECHSANDBOX_POOL_SIZE": "2", "MECHSANDBOX_LOG_LEVEL": "warning", **env}  # fmt: skip
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "mechsandbox.cli", "serve"], env=environ, stdout=log, stderr=subprocess.STDOUT
-        )
-    server = RunningServer(process, port, log_path)
-    try:
-        deadline = time.time() + 90
-        while time.time() < deadline:
-            if process.poll() is not None:
-                raise RuntimeError(f"server exited: {server.log()[-2000:]}")
-            try:
-                if httpx.get(f"{server.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError(f"server did not become healthy: {server.log()[-2000:]}")
+    server = RunningServer(env={"MECHSANDBOX_POOL_SIZE": "2", **env}, log_path=tmp_path / "server.log", startup_s=90)
+    with server:
         yield server
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()

@@ -1,0 +1,49 @@
+"""The random baseline of SPEC-tasks.md §4: a few well-formed snippets, then a uniformly random answer.
+
+It reads only the instance's ``answer_schema``: the answer size is drawn uniformly from
+1..min(N, 2·k_max) (never told |G|), items uniformly from the universe, roles uniformly from the
+listed roles. It gives the chance level that a real agent must beat.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .base import Agent, Turn
+
+PROBES = ("print(model)", "print(sorted(n for n, _ in model.named_parameters())[:5])")
+
+
+class RandomAgent(Agent):
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.rng = random.Random(seed)
+
+    def begin(self, obs: dict[str, Any]) -> None:
+        super().begin(obs)
+        self.probes = list(PROBES)
+
+    def next_turn(self, obs: dict[str, Any]) -> Turn:
+        if self.probes:
+            return Turn({"python_code": self.probes.pop(0)})
+        return Turn({"solution_target": self.random_answer(self.reset_obs["answer_schema"])})
+
+    def fallback_answer(self, obs: dict[str, Any]) -> dict[str, Any]:
+        return {"solution_target": self.random_answer(self.reset_obs["answer_schema"])}
+
+    def random_answer(self, schema: dict[str, Any]) -> Any:
+        n, k_max = int(schema["x-universe"]), int(schema["x-k-max"])
+        size = self.rng.randint(1, min(n, 2 * k_max))
+        picks = self.rng.sample(range(n), size)
+        kind = schema["x-kind"]
+        if kind.startswith("heads"):
+            n_heads = int(schema["x-n-heads"])
+            heads = [[p // n_heads, p % n_heads] for p in picks]
+            if kind == "heads+roles":
+                roles = schema["x-roles"]
+                return {"heads": heads, "roles": {f"L{h[0]}H{h[1]}": self.rng.choice(roles) for h in heads}}
+            return heads
+        first = int(schema.get("items", {}).get("minimum", 0))
+        return [first + p for p in picks]

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Baseline LLM agent for MechSandbox: one episode per task, strict [START]/[STEP]/[END] lines on stdout.
+
+Environment variables:
+  API_BASE_URL   OpenAI-compatible endpoint (default https://router.huggingface.co/v1)
+  MODEL_NAME     model id (default Qwen/Qwen2.5-72B-Instruct)
+  API_KEY        key for the endpoint (wins when set), else HF_TOKEN
+  ENV_URL        a running MechSandbox server; else LOCAL_IMAGE_NAME / IMAGE_NAME (a Docker image, via
+                 OpenEnv's docker support); else a local server started here
+  TASKS          comma-separated task ids (default: every family); LEVEL (easy), SPLIT (train), SEED (0)
+  DEADLINE_S     global deadline shared by the tasks (default 1080 = 18 min); MAX_TURNS per task (12)
+
+stdout carries only:
+  [START] task=<task_id> env=mechsandbox model=<model>
+  [STEP] step=<n> action=<one-line action> reward=<0.00> done=<true|false> error=<msg|null>
+  [END] success=<true|false> steps=<n> score=<0.000> rewards=<r1,r2,...>
+Everything else goes to stderr. [END] is printed whatever happens; rewards is never empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from mechsandbox.agents import LLMAgent, play_episode
+from mechsandbox.agents.base import StepLog
+from mechsandbox.agents.llm import client_from_env
+from mechsandbox.client import MechSandboxEnv
+from mechsandbox.evaluation.harness import parse_tasks
+from mechsandbox.evaluation.local_server import LocalServer
+
+ENV_NAME = "mechsandbox"
+SUCCESS_THRESHOLD = 0.5
+
+
+def log(message: str) -> None:
+    print(f"[inference] {message}", file=sys.stderr, flush=True)
+
+
+def one_line(text: Any, cap: int = 300) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= cap else flat[: cap - 3] + "..."
+
+
+def clamp(x: float) -> float:
+    return min(0.99, max(0.01, float(x)))
+
+
+def emit_step(step: StepLog) -> None:
+    action = json.dumps(step.action, separators=(",", ":"), ensure_ascii=True) if step.action else "none"
+    error = one_line(step.error) if step.error else "null"
+    print(f"[STEP] step={step.step} action={one_line(action, 400)} reward={clamp(step.reward):.2f} "
+          f"done={str(step.done).lower()} error={error}", flush=True)  # fmt: skip
+
+
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", default=os.environ.get("TASKS", "all"))
+    ap.add_argument("--level", default=os.environ.get("LEVEL", "easy"))
+    ap.add_argument("--split", default=os.environ.get("SPLIT", "train"), choices=["train", "test"])
+    ap.add_argument("--seed", type=int, default=int(os.environ.get("SEED", "0")))
+    ap.add_argument("--deadline", type=float, default=float(os.environ.get("DEADLINE_S", "1080")))
+    ap.add_argument("--max-turns", type=int, default=int(os.environ.get("MAX_TURNS", "12")))
+    return ap.parse_args()
+
+
+@contextlib.contextmanager
+def environment(stack: contextlib.ExitStack) -> Any:
+    """A connected sync client, from ENV_URL, a Docker image, or a local server started here."""
+    url = os.environ.get("ENV_URL")
+    image = os.environ.get("LOCAL_IMAGE_NAME") or os.environ.get("IMAGE_NAME")
+    if url:
+        client = MechSandboxEnv(base_url=url, message_timeout_s=300).sync()
+    elif image:
+        client = MechSandboxEnv.from_docker_image(image).sync()
+    else:
+        log("no ENV_URL or image given: starting a local MechSandbox server")
+        client = MechSandboxEnv(base_url=stack.enter_context(LocalServer()).url, message_timeout_s=300).sync()
+    with client:
+        yield client
+
+
+def main() -> int:
+    args = parse_args()
+    started = time.monotonic()
+    deadline = started + args.deadline
+    try:
+        tasks = parse_tasks(args.tasks)
+    except (KeyError, ValueError) as exc:
+        log(f"bad --tasks/TASKS: {exc}")
+        return 2
+    client, model, key_error = client_from_env()
+    if key_error:
+        log(key_error)
+    agent = LLMAgent(client, model)
+    try:  # one LLM call up front: proves the endpoint (and the key) whatever happens to the environment
+        agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
+    except Exception as exc:
+        log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc)}")
+
+    with contextlib.ExitStack() as stack:
+        env = None
+        try:
+            env = stack.enter_context(environment(stack))
+        except Exception as exc:
+            env_error = f"environment unavailable: {type(exc).__name__}: {one_line(exc, 200)}"
+            log(env_error)
+        for i, task_id in enumerate(tasks):
+            print(f"[START] task={task_id} env={ENV_NAME} model={model}", flush=True)
+            steps: list[StepLog] = []
+            score = 0.01
+            try:
+                if env is None:
+                    raise RuntimeError(env_error)
+                remaining = max(1, len(tasks) - i)
+                agent.deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / remaining
+                reset = {"task_id": task_id, "level": args.level, "split": args.split}
+                reset.update({"index": 0} if args.split == "test" else {"seed": args.seed})
+
+                def on_step(step: StepLog, sink: list[StepLog] = steps) -> None:
+                    sink.append(step)
+                    emit_step(step)
+
+                record = play_episode(agent, env, reset, deadline=agent.deadline, max_turns=args.max_turns,
+                                      on_step=on_step)  # fmt: skip
+                score = clamp(record.score)
+            except Exception as exc:
+                log(f"{task_id}: {type(exc).__name__}: {one_line(exc)}")
+                if not steps:
+                    failed = StepLog(1, None, 0.01, True, f"{type(exc).__name__}: {one_line(exc, 200)}")
+                    steps.append(failed)
+                    emit_step(failed)
+            rewards = ",".join(f"{clamp(s.reward):.2f}" for s in steps) or "0.01"
+            print(f"[END] success={str(score >= SUCCESS_THRESHOLD).lower()} steps={len(steps)} "
+                  f"score={score:.3f} rewards={rewards}", flush=True)  # fmt: skip
+    log(f"done in {time.monotonic() - started:.0f} s; {agent.calls} LLM calls, {agent.failures} failed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

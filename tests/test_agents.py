@@ -1,0 +1,59 @@
+"""Agent units: the LLM reply protocol and the random baseline's answers (always well-formed)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import FAMILY_IDS, cached_instance
+from mechsandbox.agents import RandomAgent
+from mechsandbox.agents.llm import parse_reply
+from mechsandbox.tasks import LEVELS, get_family
+
+
+@pytest.mark.parametrize(
+    ("reply", "action", "candidate"),
+    [
+        ("Let me look.\n```python\nprint(model)\n```", {"python_code": "print(model)"}, None),
+        ("```\nx = 1\nprint(x)\n```", {"python_code": "x = 1\nprint(x)"}, None),
+        ("Done.\nFINAL_ANSWER: [3, 7]", {"solution_target": [3, 7]}, None),
+        (
+            'FINAL_ANSWER: {"heads": [[0, 1]], "roles": {"L0H1": "induction"}}',
+            {"solution_target": {"heads": [[0, 1]], "roles": {"L0H1": "induction"}}},
+            None,
+        ),
+        ('```json\n{"solution_from": "answer"}\n```', {"solution_from": "answer"}, None),
+        ('{"python_code": "print(1)"}', {"python_code": "print(1)"}, None),
+        ("CANDIDATE: [1, 2]\n```python\nprint(2)\n```", {"python_code": "print(2)"}, [1, 2]),
+        ("```python\nprint(1)\n```\nFINAL_ANSWER: [5]", {"solution_target": [5]}, None),
+    ],
+)
+def test_usable_replies(reply: str, action: dict, candidate: object) -> None:
+    turn, cand = parse_reply(reply)
+    assert turn.action == action and turn.error is None and cand == candidate
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "I think the answer is 3 and 7.",
+        "FINAL_ANSWER: three and seven",
+        '{"python_code": "1", "solution_target": [1]}',
+        "",
+    ],
+)
+def test_unusable_replies_are_errors_never_guesses(reply: str) -> None:
+    turn, _ = parse_reply(reply)
+    assert turn.action is None and turn.error
+
+
+@pytest.mark.parametrize("task_id", FAMILY_IDS)
+def test_random_answers_are_always_well_formed(task_id: str) -> None:
+    fam = get_family(task_id)
+    agent = RandomAgent(seed=1)
+    for level in LEVELS:
+        inst = cached_instance(task_id, 0, level)
+        for _ in range(25):
+            answer = agent.random_answer(inst.answer_schema)
+            grade = fam.grade(answer, inst.truth)
+            assert not grade.rejected, (answer, grade.message)
+            size = len(answer["heads"]) if isinstance(answer, dict) else len(answer)
+            assert 1 <= size <= min(inst.answer_schema["x-universe"], 2 * inst.answer_schema["x-k-max"])

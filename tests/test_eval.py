@@ -1,0 +1,96 @@
+"""``mechsandbox eval``: output shapes, a small calibration run (scripted vs random), argument errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from mechsandbox.evaluation.report import markdown, summarise
+from server_harness import running_server
+
+CLI = [sys.executable, "-m", "mechsandbox.cli", "eval"]
+ROW_KEYS = {"task_id", "family_version", "level", "split", "instance_id", "score", "steps", "rewards", "seconds"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("eval"), MECHSANDBOX_TEST_SALT="eval-tests") as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def runs(server, tmp_path_factory) -> dict[str, Path]:
+    out = {}
+    for agent in ("scripted", "random"):
+        path = tmp_path_factory.mktemp(agent)
+        cmd = [*CLI, "--agent", agent, "--tasks", "dead-neurons,copy-head,task3", "--level", "easy,hard",
+               "--episodes", "3", "--url", server.url, "--concurrency", "2", "--out", str(path)]  # fmt: skip
+        if agent == "random":
+            cmd += ["--compare", str(out["scripted"])]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert "episodes, mean score" in done.stdout
+        out[agent] = path
+    return out
+
+
+def test_output_files_have_the_documented_shapes(runs) -> None:
+    path = runs["scripted"]
+    rows = [json.loads(line) for line in (path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 * 2 * 3 and all(set(r) >= ROW_KEYS for r in rows)
+    assert all(r["split"] == "test" and r["instance_id"].startswith("test-") and r["rewards"] for r in rows)
+    assert len(list((path / "trajectories").glob("*.json"))) == len(rows)
+    trajectory = json.loads(next((path / "trajectories").glob("*.json")).read_text())
+    assert trajectory["turns"] and {"action", "reward", "output"} <= set(trajectory["turns"][0])
+    summary = json.loads((path / "summary.json").read_text())
+    assert set(summary) == {"tasks", "overall", "run"}
+    task = summary["tasks"]["fourier-frequencies"]
+    assert set(task) >= {"mean_score", "ci95", "episodes", "mean_steps", "levels", "family_version"}
+    assert set(task["levels"]) == {"easy", "hard"} and task["levels"]["hard"]["episodes"] == 3
+    assert set(summary["overall"]) == {"mean_score", "ci95", "episodes"} and summary["overall"]["episodes"] == 18
+    run = summary["run"]
+    assert {"agent", "model", "temperature", "prompt_version", "git_commit", "benchmark_version"} <= set(run)
+    assert "| copy-head |" in (path / "summary.md").read_text()
+    png = (path / "scores.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 2000
+
+
+def test_small_calibration(runs) -> None:
+    scripted = json.loads((runs["scripted"] / "summary.json").read_text())
+    random = json.loads((runs["random"] / "summary.json").read_text())
+    for task_id, entry in scripted["tasks"].items():
+        assert entry["mean_score"] >= 0.95, task_id
+        assert entry["mean_score"] - random["tasks"][task_id]["mean_score"] >= 0.7, task_id
+    assert random["overall"]["mean_score"] <= 0.2
+
+
+def test_train_split_with_seed_range(server, tmp_path) -> None:
+    cmd = [*CLI, "--agent", "random", "--tasks", "dead-neurons", "--level", "easy", "--split", "train",
+           "--seeds", "10-12", "--url", server.url, "--out", str(tmp_path)]  # fmt: skip
+    assert subprocess.run(cmd, capture_output=True, text=True, timeout=300).returncode == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert sorted(r["instance_id"] for r in rows) == [f"train-dead-neurons-easy-{s}" for s in (10, 11, 12)]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--agent", "random", "--tasks", "nope"], "unknown"),
+        (["--agent", "random", "--level", "extreme"], "unknown level"),
+        (["--agent", "random", "--seeds", "1-3"], "--seeds is for --split train"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(tmp_path, args: list[str], message: str) -> None:
+    done = subprocess.run([*CLI, *args, "--out", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr
+
+
+def test_summary_statistics() -> None:
+    rows = [{"task_id": "t", "level": "easy", "score": s, "steps": 2, "family_version": "1"} for s in (0.2, 0.4)]
+    summary = summarise(rows, {"agent": "x", "split": "test"})
+    entry = summary["tasks"]["t"]
+    assert entry["mean_score"] == pytest.approx(0.3) and entry["ci95"] == pytest.approx(1.96 * 0.14142 / 2**0.5, 1e-3)
+    assert "| t | 1 | 0.300 | - | - |" in markdown(summary)

@@ -1,0 +1,110 @@
+"""inference.py end to end: a local fake OpenAI-compatible server and a real MechSandbox server; every
+stdout line is checked against the strict format, also when the LLM fails, the key is missing or the
+environment is unreachable."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_llm import FakeLLM
+from mechsandbox.tasks import get_family
+from server_harness import running_server
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS = ["dead-neurons", "fourier-frequencies"]
+START = re.compile(r"^\[START\] task=([a-z-]+) env=mechsandbox model=(\S+)$")
+STEP = re.compile(r"^\[STEP\] step=(\d+) action=(.+) reward=(\d\.\d\d) done=(true|false) error=(.+)$")
+END = re.compile(r"^\[END\] success=(true|false) steps=(\d+) score=(\d\.\d{3}) rewards=(\d\.\d\d(?:,\d\.\d\d)*)$")
+
+
+def answers() -> dict[str, str]:
+    out = {}
+    for task_id in TASKS:
+        truth = get_family(task_id).generate(0, "easy").truth
+        out[task_id] = json.dumps(truth.get("indices", truth.get("frequencies")))
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("inference")) as s:
+        yield s
+
+
+def run_inference(env: dict[str, str]) -> tuple[list[str], str]:
+    base = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "API_KEY", "ENV_URL", "LOCAL_IMAGE_NAME")}
+    out = subprocess.run([sys.executable, str(ROOT / "inference.py")], env={**base, **env}, capture_output=True,
+                         text=True, timeout=600)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.splitlines(), out.stderr
+
+
+def parse(lines: list[str]) -> dict[str, dict]:
+    """Check every line against the format; group them per task."""
+    episodes: dict[str, dict] = {}
+    current = None
+    for line in lines:
+        if m := START.match(line):
+            current = {"steps": [], "end": None}
+            episodes[m.group(1)] = current
+        elif m := STEP.match(line):
+            assert current is not None and current["end"] is None
+            current["steps"].append(m.groups())
+        elif m := END.match(line):
+            assert current is not None and current["end"] is None
+            current["end"] = m.groups()
+        else:
+            raise AssertionError(f"unexpected stdout line: {line!r}")
+    for task_id, ep in episodes.items():
+        assert ep["end"] is not None, f"{task_id} has no [END]"
+        success, steps, score, rewards = ep["end"]
+        assert int(steps) == len(ep["steps"]) >= 1
+        assert rewards.split(",") == [s[2] for s in ep["steps"]]
+        assert 0.01 <= float(score) <= 0.99 and (success == "true") == (float(score) >= 0.5)
+        assert all(0.01 <= float(r) <= 0.99 for r in rewards.split(","))
+    return episodes
+
+
+def common_env(llm: FakeLLM) -> dict[str, str]:
+    return {"API_BASE_URL": llm.url, "MODEL_NAME": "fake-model", "TASKS": ",".join(TASKS), "DEADLINE_S": "300"}
+
+
+def test_a_solving_llm(server) -> None:
+    with FakeLLM(answers()) as llm:
+        lines, _stderr = run_inference({**common_env(llm), "HF_TOKEN": "x", "ENV_URL": server.url})
+    episodes = parse(lines)
+    assert list(episodes) == TASKS
+    for ep in episodes.values():
+        success, _steps, score, _ = ep["end"]
+        assert success == "true" and float(score) >= 0.95
+        errors = [s[4] for s in ep["steps"]]
+        assert errors[0] != "null" and "no ```python block" in errors[0]  # the unusable reply cost a turn
+        assert ep["steps"][1][1].startswith('{"python_code":') and ep["steps"][-1][3] == "true"
+    assert len(llm.calls) >= 1 + 3 * len(TASKS)
+
+
+def test_a_failing_llm_still_ends_every_task(server) -> None:
+    with FakeLLM({}, mode="fail") as llm:
+        lines, _stderr = run_inference({**common_env(llm), "API_KEY": "k", "ENV_URL": server.url, "MAX_TURNS": "4"})
+    episodes = parse(lines)
+    assert list(episodes) == TASKS and len(llm.calls) >= 1
+    for ep in episodes.values():
+        assert ep["end"][0] == "false"
+        assert any("LLM call failed" in s[4] for s in ep["steps"])
+        assert ep["steps"][-1][3] == "true"  # the fallback (the example answer) was submitted and graded
+
+
+def test_missing_key_and_unreachable_environment(tmp_path) -> None:
+    with FakeLLM(answers()) as llm:
+        lines, stderr = run_inference({**common_env(llm), "ENV_URL": "http://127.0.0.1:9"})
+    assert "no API key" in stderr and "environment unavailable" in stderr
+    episodes = parse(lines)
+    assert list(episodes) == TASKS and len(llm.calls) >= 1
+    for ep in episodes.values():
+        assert ep["end"][:3] == ("false", "1", "0.010") and ep["steps"][0][4] != "null"
