@@ -94,3 +94,13 @@ def test_summary_statistics() -> None:
     entry = summary["tasks"]["t"]
     assert entry["mean_score"] == pytest.approx(0.3) and entry["ci95"] == pytest.approx(1.96 * 0.14142 / 2**0.5, 1e-3)
     assert "| t | 1 | 0.300 | - | - |" in markdown(summary)
+
+
+def test_starts_its_own_server_without_url(tmp_path) -> None:
+    cmd = [*CLI, "--agent", "random", "--tasks", "dead-neurons", "--level", "easy", "--episodes", "2",
+           "--out", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "server.log").exists()
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["error"] is None and r["instance_id"].startswith("test-") for r in rows)
