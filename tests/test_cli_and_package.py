@@ -56,11 +56,13 @@ def test_answer_example_is_valid_for_any_instance(task_id: str) -> None:
         assert not fam.grade(fam.answer_example, inst.truth).rejected
 
 
-def test_tasks_table_and_unavailable_commands() -> None:
+def test_tasks_table_and_command_usage() -> None:
     table = subprocess.run([*CLI, "tasks"], capture_output=True, text=True, check=True).stdout
     assert all(t in table for t in SEVEN)
     evaluate = subprocess.run([*CLI, "eval"], capture_output=True, text=True)
-    assert evaluate.returncode == 2 and "not available" in evaluate.stderr
+    assert evaluate.returncode == 2 and "required: --agent, --out" in evaluate.stderr
+    serve = subprocess.run([*CLI, "serve", "--help"], capture_output=True, text=True)
+    assert serve.returncode == 0 and "--port" in serve.stdout
 
 
 def test_committed_artifacts_match_regeneration() -> None:
