@@ -1,0 +1,195 @@
+"""End-to-end latency and throughput through a running server, over WebSocket and HTTP, against two
+floors measured with the same protocol in the same run: a plain FastAPI echo server and a minimal
+OpenEnv echo environment.
+
+    python bench/e2e.py [--n 300] [--sessions 1,8,32,64] [--steps 100]
+
+Starts its own MechSandbox server (session cap 80, pool 8) and the two floor servers on free local
+ports. Latencies: p50/p95/p99 over ``--n`` sequential calls (reset also in a burst of 16 sessions at
+once). Throughput: each of k sessions resets, then all send ``--steps`` ``print(1)`` steps as fast as
+they can; throughput = total steps / wall time of the step phase. One asyncio client process drives
+every server (so client overhead is in every figure, floors included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import httpx
+from mechsandbox.evaluation.local_server import LocalServer, free_port
+from websockets.asyncio.client import connect
+
+HERE = Path(__file__).resolve().parent
+RESET = {"task_id": "copy-head", "level": "easy", "seed": 1}
+FORWARD = "y = model(tokens)"
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3
+
+
+def fmt(xs: list[float]) -> str:
+    return f"p50 {pct(xs, 0.5):8.3f}  p95 {pct(xs, 0.95):8.3f}  p99 {pct(xs, 0.99):8.3f} ms"
+
+
+class Floor:
+    """A floor server (uvicorn on a module in bench/floors) on a free port."""
+
+    def __init__(self, module: str):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "PYTHONPATH": str(HERE / "floors")}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", f"{module}:app", "--port", str(self.port), "--log-level", "warning"],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.1)
+        raise RuntimeError(f"floor {module} did not start")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=10)
+
+
+async def ws_call(ws, message: dict) -> dict:
+    await ws.send(json.dumps(message))
+    reply = json.loads(await ws.recv())
+    if reply.get("type") == "error":
+        raise RuntimeError(reply)
+    return reply
+
+
+async def ws_latency(url: str, n: int, real: bool) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"reset": [], "print": [], "forward": [], "submit": []}
+    async with connect(url.replace("http", "ws") + "/ws", max_size=2**24) as ws:
+        for _ in range(max(10, n // 10)):
+            t = time.perf_counter()
+            await ws_call(ws, {"type": "reset", "data": RESET})
+            out["reset"].append(time.perf_counter() - t)
+        await ws_call(ws, {"type": "reset", "data": RESET})
+        for key, code in (("print", "print(1)"), ("forward", FORWARD)):
+            for i in range(n):
+                if real and i and i % 20 == 0:  # stay inside the step budget
+                    await ws_call(ws, {"type": "reset", "data": RESET})
+                t = time.perf_counter()
+                await ws_call(ws, {"type": "step", "data": {"python_code": code if real else "print(1)"}})
+                out[key].append(time.perf_counter() - t)
+        for _ in range(max(10, n // 10)):
+            await ws_call(ws, {"type": "reset", "data": RESET})
+            t = time.perf_counter()
+            await ws_call(ws, {"type": "step", "data": {"solution_target": [[0, 0]]} if real else {"python_code": "1"}})
+            out["submit"].append(time.perf_counter() - t)
+    return out
+
+
+def http_latency(url: str, n: int, real: bool) -> dict[str, list[float]]:
+    out: dict[str, list[float]] = {"reset": [], "print": []}
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(max(10, n // 10)):
+            t = time.perf_counter()
+            eid = client.post("/reset", json=RESET).json().get("episode_id")
+            out["reset"].append(time.perf_counter() - t)
+        eid = client.post("/reset", json=RESET).json().get("episode_id")
+        for i in range(n):
+            if real and i and i % 20 == 0:
+                eid = client.post("/reset", json=RESET).json().get("episode_id")
+            t = time.perf_counter()
+            client.post("/step", json={"action": {"python_code": "print(1)"}, "episode_id": eid})
+            out["print"].append(time.perf_counter() - t)
+    return out
+
+
+async def burst(url: str, k: int = 16) -> list[float]:
+    async def one() -> float:
+        async with connect(url.replace("http", "ws") + "/ws") as ws:
+            t = time.perf_counter()
+            await ws_call(ws, {"type": "reset", "data": {**RESET, "seed": 2}})
+            return time.perf_counter() - t
+
+    await asyncio.gather(*(one() for _ in range(2)))  # warm the instance cache
+    return list(await asyncio.gather(*(one() for _ in range(k))))
+
+
+async def throughput(url: str, sessions: int, steps: int, budget: int) -> float:
+    ready = asyncio.Barrier(sessions + 1)
+    done: list[float] = []
+
+    async def session() -> None:
+        async with connect(url.replace("http", "ws") + "/ws") as ws:
+            await ws_call(ws, {"type": "reset", "data": RESET})
+            await ready.wait()
+            sent = 0
+            while sent < steps:
+                if sent and sent % (budget - 1) == 0:
+                    await ws_call(ws, {"type": "reset", "data": RESET})
+                await ws_call(ws, {"type": "step", "data": {"python_code": "print(1)"}})
+                sent += 1
+            done.append(time.perf_counter())
+
+    tasks = [asyncio.create_task(session()) for _ in range(sessions)]
+    await ready.wait()
+    start = time.perf_counter()
+    await asyncio.gather(*tasks)
+    return sessions * steps / (max(done) - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--sessions", default="1,8,32,64")
+    ap.add_argument("--steps", type=int, default=100)
+    args = ap.parse_args()
+    sessions = [int(s) for s in args.sessions.split(",")]
+    with ExitStack() as stack:
+        ours = stack.enter_context(LocalServer(env={"MECHSANDBOX_SESSION_CAP": "80", "MECHSANDBOX_POOL_SIZE": "8"}))
+        floors = {name: Floor(name) for name in ("plain_echo", "openenv_echo")}
+        for floor in floors.values():
+            stack.callback(floor.stop)
+        budget = 20  # copy-head easy: max_steps; stay below it between resets
+        rows: dict[str, dict] = {}
+        for name, url, real in (("mechsandbox", ours.url, True), *((n, f.url, False) for n, f in floors.items())):
+            ws = asyncio.run(ws_latency(url, args.n, real))
+            http = http_latency(url, args.n, real)
+            rows[name] = {"ws": ws, "http": http, "burst": asyncio.run(burst(url)) if real else [],
+                          "tput": {k: asyncio.run(throughput(url, k, args.steps, budget if real else 10**9))
+                                   for k in sessions}}  # fmt: skip
+    print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; n={args.n}, steps/session={args.steps}")
+    for name, row in rows.items():
+        print(f"\n== {name}")
+        for key, xs in row["ws"].items():
+            if xs and (name == "mechsandbox" or key in ("reset", "print")):
+                print(f"  WS   {key:8} {fmt(xs)}")
+        for key, xs in row["http"].items():
+            print(f"  HTTP {key:8} {fmt(xs)}")
+        if row["burst"]:
+            print(f"  WS   reset, burst of 16 sessions: {fmt(row['burst'])}")
+        for k, value in row["tput"].items():
+            print(f"  throughput, {k:2} sessions: {value:8.0f} print(1) steps/s")
+    ms = rows["mechsandbox"]
+    print("\n== ratios (mechsandbox / floor), print(1) step p50 and throughput")
+    for name in ("plain_echo", "openenv_echo"):
+        fl = rows[name]
+        ws_ratio = statistics.median(ms["ws"]["print"]) / statistics.median(fl["ws"]["print"])
+        http_ratio = statistics.median(ms["http"]["print"]) / statistics.median(fl["http"]["print"])
+        tput = ", ".join(f"{k}: {ms['tput'][k] / fl['tput'][k]:.2f}" for k in sessions)
+        print(f"  vs {name:13} WS p50 x{ws_ratio:.2f}   HTTP p50 x{http_ratio:.2f}   throughput ratio {tput}")
+
+
+if __name__ == "__main__":
+    main()
