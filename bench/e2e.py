@@ -4,11 +4,13 @@ OpenEnv echo environment.
 
     python bench/e2e.py [--n 300] [--sessions 1,8,32,64] [--steps 100]
 
-Starts its own MechSandbox server (session cap 80, pool 8) and the two floor servers on free local
-ports. Latencies: p50/p95/p99 over ``--n`` sequential calls (reset also in a burst of 16 sessions at
-once). Throughput: each of k sessions resets, then all send ``--steps`` ``print(1)`` steps as fast as
-they can; throughput = total steps / wall time of the step phase. One asyncio client process drives
-every server (so client overhead is in every figure, floors included).
+Starts its own MechSandbox server (session cap 400, because every HTTP reset holds a session
+until it ends or idles out; pool 8) and the two floor servers on free local ports. Latencies:
+p50/p95/p99 over ``--n`` sequential calls (reset also in a burst of 16 sessions at once).
+Throughput: each of k sessions resets, then all send ``--steps`` ``print(1)`` steps as fast as they
+can (resetting every 8 steps, since copy-head easy allows 10); throughput = total steps / wall time
+of the step phase, resets included. One asyncio client process drives every server, so client
+overhead is in every figure, floors included.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from websockets.asyncio.client import connect
 
 HERE = Path(__file__).resolve().parent
 RESET = {"task_id": "copy-head", "level": "easy", "seed": 1}
+BUDGET = 8  # copy-head easy allows 10 steps: reset every 8 (resets are part of the step phase)
 FORWARD = "y = model(tokens)"
 
 
@@ -85,7 +88,7 @@ async def ws_latency(url: str, n: int, real: bool) -> dict[str, list[float]]:
         await ws_call(ws, {"type": "reset", "data": RESET})
         for key, code in (("print", "print(1)"), ("forward", FORWARD)):
             for i in range(n):
-                if real and i and i % 20 == 0:  # stay inside the step budget
+                if real and i % BUDGET == 0:  # stay inside the step budget
                     await ws_call(ws, {"type": "reset", "data": RESET})
                 t = time.perf_counter()
                 await ws_call(ws, {"type": "step", "data": {"python_code": code if real else "print(1)"}})
@@ -107,7 +110,7 @@ def http_latency(url: str, n: int, real: bool) -> dict[str, list[float]]:
             out["reset"].append(time.perf_counter() - t)
         eid = client.post("/reset", json=RESET).json().get("episode_id")
         for i in range(n):
-            if real and i and i % 20 == 0:
+            if real and i % BUDGET == 0:
                 eid = client.post("/reset", json=RESET).json().get("episode_id")
             t = time.perf_counter()
             client.post("/step", json={"action": {"python_code": "print(1)"}, "episode_id": eid})
@@ -157,11 +160,11 @@ def main() -> None:
     args = ap.parse_args()
     sessions = [int(s) for s in args.sessions.split(",")]
     with ExitStack() as stack:
-        ours = stack.enter_context(LocalServer(env={"MECHSANDBOX_SESSION_CAP": "80", "MECHSANDBOX_POOL_SIZE": "8"}))
+        ours = stack.enter_context(LocalServer(env={"MECHSANDBOX_SESSION_CAP": "400", "MECHSANDBOX_POOL_SIZE": "8"}))
         floors = {name: Floor(name) for name in ("plain_echo", "openenv_echo")}
         for floor in floors.values():
             stack.callback(floor.stop)
-        budget = 20  # copy-head easy: max_steps; stay below it between resets
+        budget = BUDGET + 1
         rows: dict[str, dict] = {}
         for name, url, real in (("mechsandbox", ours.url, True), *((n, f.url, False) for n, f in floors.items())):
             ws = asyncio.run(ws_latency(url, args.n, real))
