@@ -45,7 +45,7 @@ class Episode:
     episode_id: str
     ref: InstanceRef
     family: Family
-    instance: Instance
+    instance: Instance | None  # released when the episode ends (the model and probe are no longer needed)
     sandbox: SandboxSession
     reveal_truth: bool
     transport: str = "http"
@@ -58,6 +58,10 @@ class Episode:
     last_activity: float = field(default_factory=time.monotonic)
     last_step_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    truth: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.truth = self.instance.truth
 
     @property
     def max_steps(self) -> int:
@@ -108,7 +112,8 @@ class Episode:
                 obs["error"] = obs.get("error") or "step budget used up; the episode ends at the floor score"
             self.last_activity = time.monotonic()
             if self.done:
-                self.sandbox.close()  # no more snippets can come: free the worker now
+                self.sandbox.close()  # no more snippets can come: free the worker and the instance now
+                self.instance = None
             return {**self._base(), **obs, **self._reveal()}
 
     def _run(self, code: str) -> dict[str, Any]:
@@ -136,7 +141,7 @@ class Episode:
                 answer = check_json_value(value)
             except AnswerError as exc:
                 return self._invalid(str(exc))
-        grade = self.family.grade(answer, self.instance.truth)
+        grade = self.family.grade(answer, self.truth)
         if grade.rejected:
             return self._invalid(grade.message)
         self.done = True
@@ -152,7 +157,7 @@ class Episode:
     def _reveal(self) -> dict[str, Any]:
         if not self.done or self.ref.split != "train" or not self.reveal_truth:
             return {}
-        return {"truth": self.instance.truth, "feedback": self.feedback}
+        return {"truth": self.truth, "feedback": self.feedback}
 
     def state(self) -> dict[str, Any]:
         return {

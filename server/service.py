@@ -25,6 +25,7 @@ from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_re
 
 log = logging.getLogger("mechsandbox.server")
 
+FINISHED_KEEP_S = 120.0  # a finished HTTP episode stays readable through /state this long
 RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "episode_id")
 
 
@@ -179,11 +180,20 @@ class Service:
         return self.http_count() + self.ws_count()
 
     def _reap_loop(self) -> None:
-        interval = max(0.2, min(30.0, self.settings.idle_timeout_s / 4))
+        """Reap idle HTTP episodes; finished ones (kept only for /state) after at most FINISHED_KEEP_S."""
+        interval = max(0.2, min(30.0, self.settings.idle_timeout_s / 4, FINISHED_KEEP_S / 4))
         while not self.stopped.wait(interval):
-            cutoff = time.monotonic() - self.settings.idle_timeout_s
+            now = time.monotonic()
+            cutoff, finished_cutoff = (
+                now - self.settings.idle_timeout_s,
+                now - min(self.settings.idle_timeout_s, FINISHED_KEEP_S),
+            )
             with self.lock:
-                idle = [e for e in self.http.values() if e.last_activity < cutoff and not e.lock.locked()]
+                idle = [
+                    e
+                    for e in self.http.values()
+                    if not e.lock.locked() and e.last_activity < (finished_cutoff if e.done else cutoff)
+                ]
                 for episode in idle:
                     self.http.pop(episode.episode_id, None)
             for episode in idle:

@@ -23,7 +23,7 @@ class ServerSettings:
     rate_limit: float = 0.0  # steps per second per session (0 = off); past it, 429
     max_body_bytes: int = 256 * 1024
     default_task: str = "dead-neurons"
-    cache_size: int = 256  # generated instances kept (LRU)
+    cache_size: int = 64  # generated instances kept (LRU; a transformer instance is about 1.5 MiB)
     log_level: str = "info"
 
     @classmethod
