@@ -18,5 +18,5 @@ def test_short_soak(tmp_path) -> None:
     assert not report.other_failures, report.other_failures[:3]
     start, middle, end = report.samples[0], report.samples[len(report.samples) // 2], report.samples[-1]
     assert end["zombies"] == 0
-    assert end["processes"] <= start["processes"] + 1  # the zygote and the warm pool only
+    assert start["processes"] >= 2 and end["processes"] <= 1 + 4  # the zygote and the warm pool (4) only
     assert end["server_rss"] - middle["server_rss"] < 64 * 2**20
