@@ -19,28 +19,11 @@ import statistics
 
 import httpx
 from mechsandbox.evaluation.local_server import LocalServer
+from mechsandbox.evaluation.procfs import children, smaps_rollup, zygote_of
 from mechsandbox.tasks import get_family
 from websockets.asyncio.client import connect
 
 RESET = {"task_id": "copy-head", "level": "easy", "seed": 1}
-
-
-def smaps(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    return out
-
-
-def zygote_pid(server: LocalServer) -> int:
-    for pid in children(server.process.pid):
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"zygote" in f.read():
-                return pid
-    raise RuntimeError("no zygote found")
 
 
 def address_space_limit(pid: int) -> int:
@@ -49,20 +32,6 @@ def address_space_limit(pid: int) -> int:
             if line.startswith("Max address space"):
                 return int(line.split()[3])
     return 0
-
-
-def children(pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                if int(fields[1]) == pid and fields[0] != "Z":
-                    out.append(int(entry))
-            except OSError:
-                pass
-    return out
 
 
 async def call(ws, message: dict) -> dict:
@@ -75,16 +44,16 @@ def mib(x: float) -> str:
 
 
 async def measure(server: LocalServer, k: int, reference: tuple[str, ...]) -> None:
-    zygote = zygote_pid(server)
+    zygote = zygote_of(server.process.pid)
     warm_before = set(children(zygote))
     sockets = [await connect(server.url.replace("http", "ws") + "/ws", max_size=2**24) for _ in range(k)]
     for ws in sockets:
         await call(ws, {"type": "reset", "data": RESET})
         await call(ws, {"type": "step", "data": {"python_code": "print(1)"}})
     await asyncio.sleep(1.0)
-    server_rss = smaps(server.process.pid)["Rss"]
+    server_rss = smaps_rollup(server.process.pid)["Rss"]
     session_pids = [p for p in children(zygote) if p not in warm_before]
-    idle = [smaps(p) for p in session_pids]
+    idle = [smaps_rollup(p) for p in session_pids]
     line = f"{k:3} sessions: server RSS {mib(server_rss)}"
     if idle:
         private = [m.get("Private_Clean", 0) + m.get("Private_Dirty", 0) for m in idle]
@@ -95,7 +64,7 @@ async def measure(server: LocalServer, k: int, reference: tuple[str, ...]) -> No
             for code in reference:
                 await call(ws, {"type": "step", "data": {"python_code": code}})
         await asyncio.sleep(0.5)
-        used = [smaps(p) for p in session_pids if os.path.exists(f"/proc/{p}")]
+        used = [smaps_rollup(p) for p in session_pids if os.path.exists(f"/proc/{p}")]
         private_ref = [m.get("Private_Clean", 0) + m.get("Private_Dirty", 0) for m in used]
         line += f"; after the reference solution: private {mib(statistics.fmean(private_ref))}"
         idle_private = statistics.fmean(private)
@@ -117,7 +86,7 @@ def main() -> None:
     with LocalServer(env={"MECHSANDBOX_SESSION_CAP": "80", "MECHSANDBOX_POOL_SIZE": "4"}) as server:
         for k in (int(s) for s in args.sessions.split(",")):
             asyncio.run(measure(server, k, reference))
-        limit = address_space_limit(next(iter(children(zygote_pid(server)))))
+        limit = address_space_limit(next(iter(children(zygote_of(server.process.pid)))))
         health = httpx.get(f"{server.url}/health").json()
     print(f"\nworst case: 64 sessions x {mib(limit)} address space = {64 * limit / 2**30:.0f} GiB of address space;")
     print("  the watchdog bounds what is actually used: all workers' private memory <= RAM - 4 GiB, largest killed")

@@ -13,6 +13,7 @@ import argparse
 import statistics
 import time
 
+from mechsandbox.evaluation.procfs import smaps_rollup
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.tasks import get_family
 
@@ -26,16 +27,6 @@ def row(label: str, xs: list[float], unit: float = 1e3, suffix: str = "ms") -> N
     print(
         f"{label:44} p50 {pct(xs, 0.5) * unit:8.3f} {suffix}   p95 {pct(xs, 0.95) * unit:8.3f} {suffix}   n={len(xs)}"
     )
-
-
-def smaps(pid: int) -> dict[str, int]:
-    out = {}
-    with open(f"/proc/{pid}/smaps_rollup") as f:
-        for line in f:
-            parts = line.split()
-            if len(parts) >= 2 and parts[1].isdigit():
-                out[parts[0].rstrip(":")] = int(parts[1]) * 1024
-    return out
 
 
 def wait_warm(pool: SandboxPool) -> None:
@@ -76,7 +67,7 @@ def main() -> None:
             s.close()
         row(f"reset from warm pool ({task_id}, {len(payload.blob) // 1024} KiB)", resets)
         s = pool.open_session(payload)
-        after_reset = smaps(s.pid)
+        after_reset = smaps_rollup(s.pid)
         for label, code in (
             ("print(1)", "print(1)"),
             ("model forward", f"y = {forward}"),
@@ -98,7 +89,7 @@ def main() -> None:
         s = pool.open_session(payload)
         for code in fam.reference:
             assert s.run(code).error is None
-        after_ref = smaps(s.pid)
+        after_ref = smaps_rollup(s.pid)
         for label, m in (("after reset", after_reset), ("after reference solution", after_ref)):
             private = (m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)) / 2**20
             print(
@@ -107,7 +98,7 @@ def main() -> None:
             )
         s.close()
     wait_warm(pool)
-    idle = [smaps(w.pid) for w in list(pool.warm)]
+    idle = [smaps_rollup(w.pid) for w in list(pool.warm)]
     private = [(m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)) / 2**20 for m in idle]
     print(
         f"{'idle warm worker private memory':44} mean {statistics.mean(private):7.1f} MiB   "

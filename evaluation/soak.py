@@ -12,7 +12,6 @@ Used by ``bench/soak.py`` (minutes) and ``tests/test_soak.py`` (about 30 s).
 from __future__ import annotations
 
 import functools
-import os
 import random
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import httpx
 
 from ..tasks import get_family
+from .procfs import children, cmdline, stat_fields
 
 NORMAL = ("print(1)", "y = model(X)\nprint(y.shape)", "w = model[0].weight\nprint(float(w.abs().sum()) > 0)")
 HOSTILE = (
@@ -61,36 +61,15 @@ class SoakReport:
 
 
 def server_sample(server_pid: int) -> dict[str, Any]:
+    """Server RSS, and the number of (zombie) children of the server and of its zygote."""
     with open(f"/proc/{server_pid}/status") as f:
         rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
-    procs = zombies = 0
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    state_ppid = f.read().rsplit(")", 1)[1].split()[:2]
-            except OSError:
-                continue
-            if int(state_ppid[1]) in (server_pid, *_zygotes(server_pid)):
-                procs += 1
-                zombies += state_ppid[0] == "Z"
-    return {"time": time.monotonic(), "server_rss": rss, "processes": procs, "zombies": zombies}
-
-
-def _zygotes(server_pid: int) -> list[int]:
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    is_zygote = b"sandbox.zygote" in f.read()
-            except OSError:
-                continue
-            if int(fields[1]) == server_pid and is_zygote:
-                out.append(int(entry))
-    return out
+    pids = children(server_pid, zombies=True)
+    zygotes = [p for p in pids if b"sandbox.zygote" in cmdline(p)]
+    for zygote in zygotes:
+        pids += children(zygote, zombies=True)
+    states = [fields[0] for fields in map(stat_fields, pids) if fields]
+    return {"time": time.monotonic(), "server_rss": rss, "processes": len(states), "zombies": states.count("Z")}
 
 
 THINK_S = 0.5  # well-behaved sessions pause between steps, as an agent waiting for its model would

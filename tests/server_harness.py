@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 import httpx
 from mechsandbox.evaluation.local_server import LocalServer, free_port
+from mechsandbox.evaluation.procfs import children, cmdline, is_gone, zygote_of
 
-__all__ = ["children", "cmdline", "free_port", "running_server"]
+__all__ = ["children", "cmdline", "free_port", "is_gone", "running_server"]
 
 
 class RunningServer(LocalServer):
@@ -20,31 +20,7 @@ class RunningServer(LocalServer):
         return self.log_path.read_text() if self.log_path else ""
 
     def zygote_pid(self) -> int:
-        return next(pid for pid in children(self.process.pid) if b"sandbox.zygote" in cmdline(pid))
-
-
-def cmdline(pid: int) -> bytes:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
-        return b""
-
-
-def children(pid: int) -> list[int]:
-    """Live (non-zombie) children of ``pid``."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                fields = dict(line.split(":\t", 1) for line in f if ":\t" in line)
-        except OSError:
-            continue
-        if int(fields.get("PPid", "0").strip()) == pid and not fields.get("State", "").startswith("Z"):
-            out.append(int(entry))
-    return out
+        return zygote_of(self.process.pid)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,7 @@ import time
 
 import pytest
 from helpers import cached_instance
+from mechsandbox.evaluation.procfs import is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
 
 SECRET_ENV = "MECHSANDBOX_TEST_SALT"
@@ -20,13 +21,6 @@ SWALLOW = "while True:\n    try:\n        while True:\n            pass\n    exc
 def _status(pid: int) -> dict[str, str]:
     with open(f"/proc/{pid}/status") as f:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
-
-
-def _gone(pid: int) -> bool:
-    try:
-        return _status(pid).get("State", "").startswith(("Z", "X"))
-    except FileNotFoundError:
-        return True
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +93,7 @@ def test_crashed_worker_is_replaced_and_says_so(pool, payload, crash: str) -> No
             session.unrestricted(crash)
         result = session.run("print(kept)")
         assert result.namespace_reset and "NameError" in result.error and "died" in result.notice
-        assert session.pid != old and _gone(old)
+        assert session.pid != old and is_gone(old)
         assert session.run("print(model(X).shape[0] > 0)").stdout == "True\n"
     finally:
         session.close()
@@ -115,9 +109,9 @@ def test_timeout_kills_the_whole_process_group(pool, payload) -> None:
         result = session.run(swallow)
         assert result.namespace_reset and "wall-clock" in result.error
         deadline = time.time() + 5
-        while not _gone(old) and time.time() < deadline:
+        while not is_gone(old) and time.time() < deadline:
             time.sleep(0.05)
-        assert _gone(old)
+        assert is_gone(old)
         assert session.run("print(1)").stdout == "1\n"
     finally:
         session.close()
@@ -148,7 +142,7 @@ def test_a_killed_zygote_is_restarted_and_sessions_recover(payload) -> None:
             time.sleep(0.1)
         assert pool.healthy() and pool.status()["zygote_restarts"] == 1
         result = session.run("print(5)")
-        assert _gone(old_worker) and result.namespace_reset and result.stdout == "5\n"
+        assert is_gone(old_worker) and result.namespace_reset and result.stdout == "5\n"
 
 
 def test_closed_sessions_leave_no_worker(pool, payload) -> None:
@@ -157,7 +151,7 @@ def test_closed_sessions_leave_no_worker(pool, payload) -> None:
     for s in sessions:
         s.close()
     time.sleep(0.2)
-    assert all(_gone(pid) for pid in pids)
+    assert all(is_gone(pid) for pid in pids)
 
 
 def test_required_layer_that_is_not_active_refuses_to_start() -> None:
@@ -198,11 +192,11 @@ def test_sigkilled_server_leaves_no_zygote_or_worker() -> None:
         line = proc.stdout.readline()
         pids = [int(p) for p in line.split()]
         assert len(pids) >= 3, line  # zygote, the session's worker, at least one warm worker
-        assert not any(_gone(pid) for pid in pids)
+        assert not any(is_gone(pid) for pid in pids)
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     deadline = time.time() + 10
-    while time.time() < deadline and not all(_gone(pid) for pid in pids):
+    while time.time() < deadline and not all(is_gone(pid) for pid in pids):
         time.sleep(0.1)
-    assert all(_gone(pid) for pid in pids)
+    assert all(is_gone(pid) for pid in pids)

@@ -9,15 +9,7 @@ import time
 
 import httpx
 from mechsandbox.client import MechSandboxEnv
-from server_harness import children, running_server
-
-
-def _gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
+from server_harness import children, is_gone, running_server
 
 
 def _tree(server) -> list[int]:
@@ -39,9 +31,9 @@ def test_sigterm_exits_zero_and_kills_every_worker(tmp_path) -> None:
         assert server.process.wait(timeout=20) == 0
         assert time.monotonic() - started < 10
         deadline = time.time() + 10
-        while time.time() < deadline and not all(_gone(p) for p in pids):
+        while time.time() < deadline and not all(is_gone(p) for p in pids):
             time.sleep(0.1)
-        assert all(_gone(p) for p in pids)
+        assert all(is_gone(p) for p in pids)
         try:
             httpx.post(f"{server.url}/reset", json={}, timeout=2)
             raise AssertionError("the server still accepts sessions after SIGTERM")
@@ -57,9 +49,9 @@ def test_sigkilled_server_leaves_no_orphans(tmp_path) -> None:
             os.kill(server.process.pid, signal.SIGKILL)
             server.process.wait(timeout=10)
         deadline = time.time() + 10
-        while time.time() < deadline and not all(_gone(p) for p in pids):
+        while time.time() < deadline and not all(is_gone(p) for p in pids):
             time.sleep(0.1)
-        assert all(_gone(p) for p in pids)
+        assert all(is_gone(p) for p in pids)
 
 
 def test_worker_crash_keeps_the_episode_state(tmp_path) -> None:
