@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields, replace
 
+from .sandbox.settings import parse_setting
+
 
 @dataclass(frozen=True)
 class ServerSettings:
@@ -35,20 +37,7 @@ class ServerSettings:
             raw = env.get(key)
             if raw is None:
                 continue
-            kind = str(f.type)
-            try:
-                if "bool" in kind:
-                    if raw.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                        raise ValueError(raw)
-                    values[f.name] = raw.lower() in ("1", "true", "yes", "on")
-                elif "float" in kind:
-                    values[f.name] = float(raw)
-                elif "int" in kind:
-                    values[f.name] = int(raw)
-                else:
-                    values[f.name] = raw
-            except ValueError:
-                raise ValueError(f"{key}={raw!r} is not a valid {kind}") from None
+            values[f.name] = parse_setting(key, raw, f.type)
         settings = replace(cls(), **values, **overrides)
         if settings.session_cap < 1 or settings.test_instances < 1:
             raise ValueError("MECHSANDBOX_SESSION_CAP and MECHSANDBOX_TEST_INSTANCES must be at least 1")

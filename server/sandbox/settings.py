@@ -45,7 +45,7 @@ class SandboxSettings:
             raw = env.get(f"MECHSANDBOX_{f.name.upper()}")
             if raw is None:
                 continue
-            values[f.name] = _parse(f.name, raw, f.type)
+            values[f.name] = parse_setting(f"MECHSANDBOX_{f.name.upper()}", raw, f.type)
         settings = replace(cls(), **values, **overrides)
         unknown = set(settings.require) - set(KNOWN_LAYERS)
         if unknown:
@@ -55,7 +55,8 @@ class SandboxSettings:
         return settings
 
 
-def _parse(name: str, raw: str, kind: object) -> object:
+def parse_setting(key: str, raw: str, kind: object) -> object:
+    """One environment value converted to a dataclass field's type (tuple, bool, float, int or str)."""
     kind = str(kind)
     try:
         if "tuple" in kind:
@@ -69,5 +70,5 @@ def _parse(name: str, raw: str, kind: object) -> object:
         if "int" in kind:
             return int(raw)
     except ValueError:
-        raise ValueError(f"MECHSANDBOX_{name.upper()}={raw!r} is not a valid {kind}") from None
+        raise ValueError(f"{key}={raw!r} is not a valid {kind}") from None
     return raw
