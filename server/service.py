@@ -140,8 +140,7 @@ class Service:
         )
         if transport == "http":
             with self.lock:
-                live = sum(1 for e in self.http.values() if not e.done)
-                if live + self.ws_count() >= self.settings.session_cap:
+                if self._live_http() + self.ws_count() >= self.settings.session_cap:
                     episode.close()
                     raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
                 self.http[episode.episode_id] = episode
@@ -174,7 +173,11 @@ class Service:
     def http_count(self) -> int:
         """Live HTTP episodes (finished ones stay readable through /state until reaped, but hold no worker)."""
         with self.lock:
-            return sum(1 for e in self.http.values() if not e.done)
+            return self._live_http()
+
+    def _live_http(self) -> int:
+        """Unfinished HTTP episodes; the caller holds ``self.lock``."""
+        return sum(1 for e in self.http.values() if not e.done)
 
     def total_sessions(self) -> int:
         return self.http_count() + self.ws_count()

@@ -568,7 +568,7 @@ def make_id() -> Callable[[Any], int]:
 
 _EXTRA_BUILTINS = (
     "list dict set frozenset enumerate min max sum any all map filter reversed tuple iter next round abs "
-    "divmod pow bytes bytearray property staticmethod classmethod super format NotImplemented Ellipsis "
+    "divmod pow bytes property staticmethod classmethod super format NotImplemented Ellipsis "
     "ArithmeticError LookupError StopIteration"
 )
 
@@ -577,7 +577,6 @@ def make_builtins(buffer_ref: Callable[[], OutputBuffer], import_hook: Callable[
     b = dict(safe_builtins)
     for name in _EXTRA_BUILTINS.split():
         b[name] = getattr(builtins, name)
-    b.pop("bytearray", None)  # a writable buffer has no use here
     b.update(
         sorted=guarded_sorted,
         zip=guarded_zip,

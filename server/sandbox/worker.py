@@ -14,7 +14,7 @@ import socket
 from typing import Any
 
 from .facade import Facade
-from .frames import FrameError, recv_frame, send_frame
+from .frames import recv_frame, send_frame
 from .hardening import HardeningConfig, harden
 from .runtime import Runtime
 
@@ -46,9 +46,7 @@ def serve(
         while True:
             message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
             _reply(sock, handle(runtime, message, blob, limits))
-    except (FrameError, OSError):
-        pass
-    except BaseException:
+    except BaseException:  # EOF, a broken pipe or anything else: never fall back into zygote code
         pass
     os._exit(0)
 
