@@ -49,6 +49,7 @@ class Episode:
     sandbox: SandboxSession
     reveal_truth: bool
     transport: str = "http"
+    budget: int = 0  # 0 = the family's budget for the level; an operator override for train episodes only
     step_count: int = 0
     done: bool = False
     truncated: bool = False
@@ -65,7 +66,7 @@ class Episode:
 
     @property
     def max_steps(self) -> int:
-        return int(self.family.max_steps[self.ref.level])
+        return self.budget or int(self.family.max_steps[self.ref.level])
 
     def _base(self) -> dict[str, Any]:
         return {

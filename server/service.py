@@ -136,6 +136,7 @@ class Service:
             instance=cached.instance,
             sandbox=sandbox,
             reveal_truth=self.settings.reveal_truth,
+            budget=self.settings.train_max_steps if ref.split == "train" else 0,
             transport=transport,
         )
         if transport == "http":
@@ -217,6 +218,7 @@ class Service:
             "memory_kills": status["memory_kills"],
             "zygote_restarts": status["zygote_restarts"],
             "benchmark_version": BENCHMARK_VERSION,
+            "train_max_steps": self.settings.train_max_steps or "family budgets",
             "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else "fixed",
         }
 

@@ -26,6 +26,7 @@ class ServerSettings:
     max_body_bytes: int = 256 * 1024
     default_task: str = "dead-neurons"
     cache_size: int = 64  # generated instances kept (LRU; a transformer instance is about 1.5 MiB)
+    train_max_steps: int = 0  # 0 = each family's budget; N = budget of every train episode (test: never)
     log_level: str = "info"
 
     @classmethod
@@ -39,6 +40,8 @@ class ServerSettings:
                 continue
             values[f.name] = parse_setting(key, raw, f.type)
         settings = replace(cls(), **values, **overrides)
+        if settings.train_max_steps < 0:
+            raise ValueError("MECHSANDBOX_TRAIN_MAX_STEPS must be 0 (the family budgets) or a positive step count")
         if settings.session_cap < 1 or settings.test_instances < 1:
             raise ValueError("MECHSANDBOX_SESSION_CAP and MECHSANDBOX_TEST_INSTANCES must be at least 1")
         return settings

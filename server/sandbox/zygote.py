@@ -48,28 +48,46 @@ warning_source = torch.tensor([1.0]).new_tensor(torch.tensor([2.0]))
 """
 
 
-def warm_up(facades: dict[str, Any]) -> None:
-    """Run representative snippets against tiny models of each architecture, in throwaway runtimes."""
-    import torch
-
-    from ...tasks.architecture import build
-    from ...tasks.hooked import utils
-    from .runtime import Runtime
-
-    tiny_transformer = {
+TINY_ARCHITECTURES = (
+    {
         "class": "HookedTransformer",
         "cfg": {"n_layers": 1, "n_heads": 2, "d_model": 8, "d_head": 4, "d_vocab": 10, "n_ctx": 5},
-    }
-    for arch in (tiny_transformer, {"class": "GatedMLP", "n_in": 4, "d_hidden": 6, "n_out": 2}):
+    },
+    {"class": "GatedMLP", "n_in": 4, "d_hidden": 6, "n_out": 2},
+)
+
+
+def warm_up_payloads() -> list[tuple[dict[str, Any], bytes]]:
+    """(header, safetensors bytes) of a tiny model per architecture, built once in the zygote."""
+    import torch
+    from safetensors.torch import save
+
+    from ...tasks.architecture import build
+
+    payloads = []
+    for arch in TINY_ARCHITECTURES:
+        tensors = {f"model.{k}": v for k, v in build(arch).state_dict().items()}
+        tensors["probe.tokens"] = torch.randint(0, 10, (2, 5))
+        payloads.append(({"arch": arch, "probe": {}}, save(tensors)))
+    return payloads
+
+
+def warm_up(facades: dict[str, Any], payloads: list[tuple[dict[str, Any], bytes]], snippet: str | None) -> None:
+    """Load tiny models through the real load path (and run ``snippet`` against each, when given).
+
+    The zygote runs it with representative snippets so that lazy imports and caches exist before
+    ``gc.freeze()``. Each worker runs the load part again after hardening, while it waits in the warm
+    pool, so that most copy-on-write page faults of a first load happen off the reset path
+    (docs/PERFORMANCE.md: a first copy-head load in a fresh worker took 7.9 ms, 4.2 ms after this).
+    """
+    from .runtime import Runtime
+
+    for header, blob in payloads:
         runtime = Runtime(facades)
-        model = build(arch).eval()
-        namespace: dict[str, Any] = {"model": model, "tokens": torch.randint(0, 10, (2, 5))}
-        if "cfg" in arch:
-            namespace["utils"] = utils
-        runtime.install(namespace)
-        result = runtime.run(WARM_UP)
+        runtime.load(header, blob)
+        result = runtime.run(snippet) if snippet else {"error": None}
         if result["error"]:
-            raise RuntimeError(f"zygote warm-up failed: {result['error']}")
+            raise RuntimeError(f"sandbox warm-up failed: {result['error']}")
 
 
 def _vm_size() -> int:
@@ -96,7 +114,8 @@ def main(argv: list[str]) -> None:
 
     seccomp.available()  # resolve libseccomp now: a hardened worker cannot run find_library's helpers
     facades = build_facades()
-    warm_up(facades)
+    payloads = warm_up_payloads()
+    warm_up(facades, payloads, WARM_UP)
     baseline = _vm_size()
     hard = dict(config["hardening"])
     hard["address_space"] = baseline + int(config["worker_memory"])
@@ -127,7 +146,7 @@ def main(argv: list[str]) -> None:
         if pid == 0:
             control.close()
             server_end.close()
-            worker.serve(worker_end, slot, cfg, os.getppid(), facades, limits)
+            worker.serve(worker_end, slot, cfg, os.getppid(), facades, limits, payloads)
             os._exit(0)
         worker_end.close()
         socket.send_fds(control, [json.dumps({"pid": pid, "slot": slot}).encode()], [server_end.fileno()])

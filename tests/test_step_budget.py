@@ -1,0 +1,48 @@
+"""The operator's train budget override (MECHSANDBOX_TRAIN_MAX_STEPS): train episodes take it, test
+episodes never do, and the setting is validated at start-up."""
+
+from __future__ import annotations
+
+import pytest
+from mechsandbox.server.service import Service
+from mechsandbox.server.settings import ServerSettings
+from mechsandbox.tasks import get_family
+
+
+@pytest.fixture(scope="module")
+def service():
+    svc = Service(ServerSettings(train_max_steps=3, test_salt="budget-test")).start()
+    yield svc
+    svc.stop()
+
+
+def test_train_episodes_take_the_override(service) -> None:
+    episode = service.open_episode({"task_id": "dead-neurons", "seed": 5}, transport="websocket")
+    try:
+        assert episode.reset_observation()["max_steps"] == 3
+        for n in range(1, 4):
+            obs = episode.step({"python_code": "print(1)"})
+            assert obs["step"] == n and obs["max_steps"] == 3
+        assert obs["done"] and obs["truncated"] and obs["score"] == 0.01
+    finally:
+        episode.close()
+
+
+def test_test_episodes_keep_the_family_budget(service) -> None:
+    episode = service.open_episode({"task_id": "dead-neurons", "split": "test", "index": 0}, transport="websocket")
+    try:
+        assert episode.max_steps == get_family("dead-neurons").max_steps["easy"] != 3
+    finally:
+        episode.close()
+    assert service.health()["train_max_steps"] == 3
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("0", 0), ("500", 500)])
+def test_setting_parses(raw: str, expected: int) -> None:
+    assert ServerSettings.from_env({"MECHSANDBOX_TRAIN_MAX_STEPS": raw}).train_max_steps == expected
+
+
+@pytest.mark.parametrize("raw", ["-1", "many"])
+def test_bad_setting_is_refused(raw: str) -> None:
+    with pytest.raises(ValueError, match="MECHSANDBOX_TRAIN_MAX_STEPS"):
+        ServerSettings.from_env({"MECHSANDBOX_TRAIN_MAX_STEPS": raw})
