@@ -22,6 +22,7 @@ _MODULES = (
     "copy_head",
     "induction_circuit",
     "committee_circuit",
+    "modular_addition",
 )
 
 
@@ -46,7 +47,7 @@ _ALIASES = {alias: fam.id for fam in _FAMILIES.values() for alias in (fam.id, *f
 
 
 def families() -> list[Family]:
-    """All families, in their canonical order (task1 .. task7)."""
+    """All families, in their canonical order (task1, task2, ...)."""
     return list(_FAMILIES.values())
 
 

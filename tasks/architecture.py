@@ -15,12 +15,20 @@ from torch import nn
 from .bilinear import GatedMLP
 from .fourier_frequencies.generator import EmbedMLP
 from .hooked import HookedConfig, HookedTransformer
+from .modular_addition.generator import ModAddMLP
 
 
 def describe(model: nn.Module) -> dict[str, Any]:
     """The JSON architecture record of a family's public model."""
     if isinstance(model, HookedTransformer):
         return {"class": "HookedTransformer", "cfg": model.cfg.to_dict()}
+    if isinstance(model, ModAddMLP):
+        return {
+            "class": "ModAddMLP",
+            "p": model.embed.num_embeddings,
+            "d_model": model.embed.embedding_dim,
+            "d_mlp": model.mlp.left.out_features,
+        }
     if isinstance(model, GatedMLP):
         return {
             "class": "GatedMLP",
@@ -47,6 +55,8 @@ def build(record: dict[str, Any]) -> nn.Module:
         return HookedTransformer(HookedConfig(**record["cfg"]))
     if kind == "GatedMLP":
         return GatedMLP(int(record["n_in"]), int(record["d_hidden"]), int(record["n_out"]))
+    if kind == "ModAddMLP":
+        return ModAddMLP(int(record["p"]), int(record["d_model"]), int(record["d_mlp"]))
     if kind == "EmbedMLP":
         return EmbedMLP(int(record["p"]), int(record["d_model"]), int(record["d_mlp"]))
     if kind == "ReluMLP":

@@ -17,6 +17,15 @@ from mechsandbox.tasks import Family, Instance, families, get_family
 
 FAMILY_IDS = [f.id for f in families()]
 TRANSFORMER_FAMILIES = {"copy-head", "induction-circuit", "committee-circuit"}
+SET_KINDS = ("indices", "frequencies", "heads", "heads+roles")
+
+
+def answer_kind(task_id: str) -> str:
+    return get_family(task_id).answer_schema_fn("easy")["x-kind"]
+
+
+SET_FAMILIES = [t for t in FAMILY_IDS if answer_kind(t) in SET_KINDS]  # answers graded as sets (Jaccard)
+HEAD_FAMILIES = {t for t in FAMILY_IDS if answer_kind(t).startswith("heads")}
 
 
 @functools.cache

@@ -27,7 +27,7 @@ REQUIRED = {
     "family_version",
     "description",
 }
-SEVEN = [
+FAMILIES = [
     "dead-neurons",
     "multiplication-neuron",
     "fourier-frequencies",
@@ -35,20 +35,21 @@ SEVEN = [
     "copy-head",
     "induction-circuit",
     "committee-circuit",
+    "modular-addition",
 ]
 
 
-def test_tasks_json_lists_the_seven_families() -> None:
+def test_tasks_json_lists_every_family() -> None:
     out = subprocess.run([*CLI, "tasks", "--json"], capture_output=True, text=True, check=True).stdout
     cards = json.loads(out)
-    assert sorted(c["id"] for c in cards) == sorted(SEVEN)
+    assert sorted(c["id"] for c in cards) == sorted(FAMILIES)
     for card in cards:
         assert set(card) >= REQUIRED, card["id"]
         assert set(card["max_steps"]) == {"easy", "medium", "hard"}
         assert any(a.startswith("task") for a in card["aliases"])
 
 
-@pytest.mark.parametrize("task_id", SEVEN)
+@pytest.mark.parametrize("task_id", FAMILIES)
 def test_answer_example_is_valid_for_any_instance(task_id: str) -> None:
     fam = next(f for f in families() if f.id == task_id)
     for level in fam.levels:
@@ -58,7 +59,7 @@ def test_answer_example_is_valid_for_any_instance(task_id: str) -> None:
 
 def test_tasks_table_and_command_usage() -> None:
     table = subprocess.run([*CLI, "tasks"], capture_output=True, text=True, check=True).stdout
-    assert all(t in table for t in SEVEN)
+    assert all(t in table for t in FAMILIES)
     evaluate = subprocess.run([*CLI, "eval"], capture_output=True, text=True)
     assert evaluate.returncode == 2 and "required: --agent, --out" in evaluate.stderr
     serve = subprocess.run([*CLI, "serve", "--help"], capture_output=True, text=True)

@@ -7,19 +7,17 @@ import json
 import math
 
 import pytest
-from helpers import FAMILY_IDS, cached_instance
+from helpers import FAMILY_IDS, HEAD_FAMILIES, SET_FAMILIES, cached_instance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.grading import clamp, jaccard, parse_heads
 
-HEAD_FAMILIES = {"copy-head", "induction-circuit", "committee-circuit"}
-
 
 def truth_items(task_id: str, truth: dict) -> list:
     if task_id in HEAD_FAMILIES:
         return [list(h) for h in truth["heads"]]
-    if task_id == "fourier-frequencies":
+    if "frequencies" in truth:
         return list(truth["frequencies"])
     return list(truth["indices"])
 
@@ -27,7 +25,7 @@ def truth_items(task_id: str, truth: dict) -> list:
 def universe(task_id: str, truth: dict) -> list:
     if task_id in HEAD_FAMILIES:
         return [[lay, h] for lay in range(truth["n_layers"]) for h in range(truth["n_heads"])]
-    if task_id == "fourier-frequencies":
+    if "frequencies" in truth:
         return list(range(1, (truth["p"] - 1) // 2 + 1))
     return list(range(truth["n"]))
 
@@ -37,7 +35,7 @@ def wrong_items(task_id: str, truth: dict, k: int) -> list:
     return [u for u in universe(task_id, truth) if u not in items][:k]
 
 
-@pytest.fixture(params=[(t, lvl) for t in FAMILY_IDS for lvl in LEVELS], ids=lambda p: f"{p[0]}-{p[1]}")
+@pytest.fixture(params=[(t, lvl) for t in SET_FAMILIES for lvl in LEVELS], ids=lambda p: f"{p[0]}-{p[1]}")
 def case(request):
     task_id, level = request.param
     return task_id, cached_instance(task_id, 5, level).truth
