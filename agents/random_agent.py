@@ -34,10 +34,15 @@ class RandomAgent(Agent):
         return {"solution_target": self.random_answer(self.reset_obs["answer_schema"])}
 
     def random_answer(self, schema: dict[str, Any]) -> Any:
+        kind = schema["x-kind"]
+        if kind == "cell":
+            return {
+                "layer": self.rng.randrange(int(schema["x-n-layers"])),
+                "position": self.rng.randrange(int(schema["x-n-positions"])),
+            }
         n, k_max = int(schema["x-universe"]), int(schema["x-k-max"])
         size = self.rng.randint(1, min(n, 2 * k_max))
         picks = self.rng.sample(range(n), size)
-        kind = schema["x-kind"]
         if kind.startswith("heads"):
             n_heads = int(schema["x-n-heads"])
             heads = [[p // n_heads, p % n_heads] for p in picks]

@@ -23,6 +23,7 @@ _MODULES = (
     "induction_circuit",
     "committee_circuit",
     "modular_addition",
+    "fact_storage",
 )
 
 

@@ -63,6 +63,11 @@ class Planter:
         self.W_O = np.zeros((n, h, dh, d))
         self.b_Q = np.zeros((n, h, dh))
         self.b_K = np.zeros((n, h, dh))
+        m = cfg.d_mlp or 0
+        self.W_in = np.zeros((n, d, m))
+        self.b_in = np.zeros((n, m))
+        self.W_out = np.zeros((n, m, d))
+        self.mlp_used = [0] * n
 
     def embed_basics(self, out_gain: float) -> None:
         """The shared embedding: each token's identity in ``tok`` plus a constant feature in ``const``,
@@ -99,6 +104,21 @@ class Planter:
             self.W_V[layer, head, src, e] += 1.0
             self.W_O[layer, head, e, dst] += gain
 
+    def mlp_unit(
+        self, layer: int, reads: list[tuple[int, float]], bias: float, writes: list[tuple[int, float]]
+    ) -> None:
+        """One ReLU unit of a layer's MLP: pre = sum(w * x[dim] for reads) + bias; it writes
+        relu(pre) * w into each (dim, w) of ``writes``. Units are shuffled by :meth:`build`."""
+        u = self.mlp_used[layer]
+        if u >= self.W_in.shape[2]:
+            raise ValueError(f"layer {layer} has only {self.W_in.shape[2]} MLP units")
+        for dim, w in reads:
+            self.W_in[layer, dim, u] += w
+        self.b_in[layer, u] = bias
+        for dim, w in writes:
+            self.W_out[layer, u, dim] += w
+        self.mlp_used[layer] += 1
+
     # -- build --------------------------------------------------------------------------------
     def build(self, s: Stream, noise: float, rotate: bool = True) -> HookedTransformer:
         cfg = self.cfg
@@ -123,6 +143,11 @@ class Planter:
             "unembed.W_U": rot.T @ self.W_U,
             "unembed.b_U": self.b_U,
         }
+        for lay in range(cfg.n_layers if cfg.d_mlp else 0):
+            order = s.permutation(cfg.d_mlp)  # unit order says nothing about a unit's job
+            values[f"blocks.{lay}.mlp.W_in"] = rot.T @ self.W_in[lay][:, order]
+            values[f"blocks.{lay}.mlp.b_in"] = self.b_in[lay][order]
+            values[f"blocks.{lay}.mlp.W_out"] = self.W_out[lay][order] @ rot
         for lay in range(cfg.n_layers):
             values[f"blocks.{lay}.attn.W_Q"] = w_q[lay]
             values[f"blocks.{lay}.attn.W_K"] = w_k[lay]

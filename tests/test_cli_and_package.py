@@ -36,6 +36,7 @@ FAMILIES = [
     "induction-circuit",
     "committee-circuit",
     "modular-addition",
+    "fact-storage",
 ]
 
 
