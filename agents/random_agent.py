@@ -40,6 +40,9 @@ class RandomAgent(Agent):
                 "layer": self.rng.randrange(int(schema["x-n-layers"])),
                 "position": self.rng.randrange(int(schema["x-n-positions"])),
             }
+        if kind == "roles":  # a label for every head
+            layers, heads = int(schema["x-n-layers"]), int(schema["x-n-heads"])
+            return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay in range(layers) for h in range(heads)}
         n, k_max = int(schema["x-universe"]), int(schema["x-k-max"])
         size = self.rng.randint(1, min(n, 2 * k_max))
         picks = self.rng.sample(range(n), size)

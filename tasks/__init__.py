@@ -24,6 +24,7 @@ _MODULES = (
     "committee_circuit",
     "modular_addition",
     "fact_storage",
+    "head_roles",
 )
 
 

@@ -37,6 +37,7 @@ FAMILIES = [
     "committee-circuit",
     "modular-addition",
     "fact-storage",
+    "head-roles",
 ]
 
 

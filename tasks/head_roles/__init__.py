@@ -1,0 +1,42 @@
+"""head-roles (task10): label every attention head with its role (detection-score definitions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base import Family
+from ..grading import Grade, chance_corrected, clamp, head_name, parse_roles
+from . import generator, reference
+
+
+def grade(answer: Any, truth: dict) -> Grade:
+    """Chance-corrected accuracy over every head (a head left out counts as wrong)."""
+    given = parse_roles(answer, generator.ROLES, truth["n_layers"], truth["n_heads"])
+    true = truth["roles"]
+    correct = sum(1 for head, role in given.items() if true[head_name(*head)] == role)
+    accuracy = correct / len(true)
+    raw = max(0.0, chance_corrected(accuracy, len(generator.ROLES)))
+    return Grade(
+        score=clamp(raw),
+        breakdown={"accuracy": round(accuracy, 6), "labelled": len(given), "heads": len(true)},
+        message=f"{correct} of {len(true)} heads labelled correctly ({len(given)} labelled)",
+    )
+
+
+FAMILY = Family(
+    id=generator.TASK_ID,
+    aliases=("task10", "head_roles", "role-identification"),
+    difficulty="medium",
+    description=(
+        "Label every head of a 2-layer attention model with its role (previous-token, duplicate-token, "
+        "induction, attend-to-first, local, none), each defined by an attention detection score."
+    ),
+    answer_format='{"L0H0": "previous-token", "L0H1": "none", ...} (every head)',
+    answer_example={"L0H0": "previous-token", "L1H0": "induction"},
+    max_steps={"easy": 10, "medium": 12, "hard": 14},
+    family_version=generator.VERSION,
+    generate_fn=generator.generate,
+    grade_fn=grade,
+    reference=reference.SNIPPETS,
+    answer_schema_fn=generator.answer_schema,
+)
