@@ -43,6 +43,15 @@ class RandomAgent(Agent):
         if kind == "roles":  # a label for every head
             layers, heads = int(schema["x-n-layers"]), int(schema["x-n-heads"])
             return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay in range(layers) for h in range(heads)}
+        if kind == "features+groups":  # a random subset, then random groups of 2-3 of its members
+            n = int(schema["x-universe"])
+            represented = sorted(self.rng.sample(range(n), self.rng.randint(1, n)))
+            pool, groups = self.rng.sample(represented, len(represented)), []
+            while len(pool) >= 2 and self.rng.random() < 0.7:
+                size = min(len(pool), self.rng.choice((2, 3)))
+                groups.append(sorted(pool[:size]))
+                pool = pool[size:]
+            return {"represented": represented, "groups": groups}
         n, k_max = int(schema["x-universe"]), int(schema["x-k-max"])
         size = self.rng.randint(1, min(n, 2 * k_max))
         picks = self.rng.sample(range(n), size)

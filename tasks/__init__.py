@@ -25,6 +25,7 @@ _MODULES = (
     "modular_addition",
     "fact_storage",
     "head_roles",
+    "superposition",
 )
 
 

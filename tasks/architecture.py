@@ -16,12 +16,15 @@ from .bilinear import GatedMLP
 from .fourier_frequencies.generator import EmbedMLP
 from .hooked import HookedConfig, HookedTransformer
 from .modular_addition.generator import ModAddMLP
+from .superposition.generator import ToySuperposition
 
 
 def describe(model: nn.Module) -> dict[str, Any]:
     """The JSON architecture record of a family's public model."""
     if isinstance(model, HookedTransformer):
         return {"class": "HookedTransformer", "cfg": model.cfg.to_dict()}
+    if isinstance(model, ToySuperposition):
+        return {"class": "ToySuperposition", "n_features": model.W.shape[1], "d_hidden": model.W.shape[0]}
     if isinstance(model, ModAddMLP):
         return {
             "class": "ModAddMLP",
@@ -55,6 +58,8 @@ def build(record: dict[str, Any]) -> nn.Module:
         return HookedTransformer(HookedConfig(**record["cfg"]))
     if kind == "GatedMLP":
         return GatedMLP(int(record["n_in"]), int(record["d_hidden"]), int(record["n_out"]))
+    if kind == "ToySuperposition":
+        return ToySuperposition(int(record["n_features"]), int(record["d_hidden"]))
     if kind == "ModAddMLP":
         return ModAddMLP(int(record["p"]), int(record["d_model"]), int(record["d_mlp"]))
     if kind == "EmbedMLP":

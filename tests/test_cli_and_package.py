@@ -38,6 +38,7 @@ FAMILIES = [
     "modular-addition",
     "fact-storage",
     "head-roles",
+    "superposition",
 ]
 
 
