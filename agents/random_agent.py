@@ -43,6 +43,10 @@ class RandomAgent(Agent):
         if kind == "roles":  # a label for every head
             layers, heads = int(schema["x-n-layers"]), int(schema["x-n-heads"])
             return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay in range(layers) for h in range(heads)}
+        if kind == "basis":  # a few random Gaussian directions
+            d = int(schema["x-dim"])
+            rows = self.rng.randint(1, min(d, 2 * int(schema["x-k-max"])))
+            return [[round(self.rng.gauss(0.0, 1.0), 6) for _ in range(d)] for _ in range(rows)]
         if kind == "features+groups":  # a random subset, then random groups of 2-3 of its members
             n = int(schema["x-universe"])
             represented = sorted(self.rng.sample(range(n), self.rng.randint(1, n)))

@@ -142,7 +142,7 @@ class Episode:
                 answer = check_json_value(value)
             except AnswerError as exc:
                 return self._invalid(str(exc))
-        grade = self.family.grade(answer, self.truth)
+        grade = self.family.grade(answer, self.truth, self.instance)
         if grade.rejected:
             return self._invalid(grade.message)
         self.done = True

@@ -26,6 +26,7 @@ _MODULES = (
     "fact_storage",
     "head_roles",
     "superposition",
+    "causal_subspace",
 )
 
 
@@ -67,8 +68,8 @@ def generate(task_id: str, seed: int, level: str = "easy") -> Instance:
     return get_family(task_id).generate(seed, level)
 
 
-def grade(task_id: str, answer: Any, truth: dict) -> Grade:
-    return get_family(task_id).grade(answer, truth)
+def grade(task_id: str, answer: Any, truth: dict, instance: Instance | None = None) -> Grade:
+    return get_family(task_id).grade(answer, truth, instance)
 
 
 __all__ = ["LEVELS", "Family", "Grade", "Instance", "families", "generate", "get_family", "grade"]

@@ -13,6 +13,7 @@ from typing import Any
 from torch import nn
 
 from .bilinear import GatedMLP
+from .causal_subspace.generator import SubspaceMLP
 from .fourier_frequencies.generator import EmbedMLP
 from .hooked import HookedConfig, HookedTransformer
 from .modular_addition.generator import ModAddMLP
@@ -23,6 +24,14 @@ def describe(model: nn.Module) -> dict[str, Any]:
     """The JSON architecture record of a family's public model."""
     if isinstance(model, HookedTransformer):
         return {"class": "HookedTransformer", "cfg": model.cfg.to_dict()}
+    if isinstance(model, SubspaceMLP):
+        return {
+            "class": "SubspaceMLP",
+            "n_in": model.enc.in_features,
+            "d_hidden": model.enc.out_features,
+            "d_mlp": model.mlp_in.out_features,
+            "n_classes": model.out.out_features,
+        }
     if isinstance(model, ToySuperposition):
         return {"class": "ToySuperposition", "n_features": model.W.shape[1], "d_hidden": model.W.shape[0]}
     if isinstance(model, ModAddMLP):
@@ -58,6 +67,9 @@ def build(record: dict[str, Any]) -> nn.Module:
         return HookedTransformer(HookedConfig(**record["cfg"]))
     if kind == "GatedMLP":
         return GatedMLP(int(record["n_in"]), int(record["d_hidden"]), int(record["n_out"]))
+    if kind == "SubspaceMLP":
+        sizes = (int(record[k]) for k in ("n_in", "d_hidden", "d_mlp", "n_classes"))
+        return SubspaceMLP(*sizes)
     if kind == "ToySuperposition":
         return ToySuperposition(int(record["n_features"]), int(record["d_hidden"]))
     if kind == "ModAddMLP":

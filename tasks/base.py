@@ -65,6 +65,7 @@ class Family:
     reference: tuple[str, ...]
     answer_schema_fn: Callable[[str], dict[str, Any]] = field(repr=False)
     levels: tuple[str, ...] = LEVELS
+    grades_with_model: bool = False  # grade_fn(answer, truth, instance): it measures the submission on the model
 
     def generate(self, seed: int, level: str = "easy") -> Instance:
         if level not in self.levels:
@@ -73,9 +74,16 @@ class Family:
             raise ValueError(f"seed must be an integer in [0, 2**64), got {seed!r}")
         return self.generate_fn(seed, level)
 
-    def grade(self, answer: Any, truth: dict) -> Grade:
-        """Pure and total: any JSON value gives a Grade (rejected when malformed), never an exception."""
-        return safe_grade(self.grade_fn, answer, truth)
+    def grade(self, answer: Any, truth: dict, instance: Instance | None = None) -> Grade:
+        """Pure and total: any JSON value gives a Grade (rejected when malformed), never an exception.
+
+        Families that measure the submission on the model (``grades_with_model``) use ``instance`` when
+        the caller has it (the server does) and otherwise regenerate it from the truth's seed and level,
+        so ``grade(answer, truth)`` stays a pure function of its arguments."""
+        if not self.grades_with_model:
+            return safe_grade(self.grade_fn, answer, truth)
+        inst = instance if instance is not None else self.generate(truth["seed"], truth["level"])
+        return safe_grade(lambda a, t: self.grade_fn(a, t, inst), answer, truth)
 
     def card(self) -> dict[str, Any]:
         """The public description listed by ``mechsandbox tasks --json`` and ``/tasks``."""

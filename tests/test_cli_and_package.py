@@ -39,6 +39,7 @@ FAMILIES = [
     "fact-storage",
     "head-roles",
     "superposition",
+    "causal-subspace",
 ]
 
 
