@@ -23,10 +23,10 @@ _MODULES = (
     "induction_circuit",
     "committee_circuit",
     "modular_addition",
-    "fact_storage",
     "head_roles",
-    "superposition",
     "causal_subspace",
+    "fact_storage",
+    "superposition",
 )
 
 

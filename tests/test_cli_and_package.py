@@ -36,10 +36,10 @@ FAMILIES = [
     "induction-circuit",
     "committee-circuit",
     "modular-addition",
-    "fact-storage",
     "head-roles",
-    "superposition",
     "causal-subspace",
+    "fact-storage",
+    "superposition",
 ]
 
 

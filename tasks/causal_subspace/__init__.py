@@ -1,4 +1,4 @@
-"""causal-subspace (task12): find the subspace of a hidden layer that carries the causal variable."""
+"""causal-subspace (task10): find the subspace of a hidden layer that carries the causal variable."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def grade(answer: Any, truth: dict, instance: Instance) -> Grade:
 
 FAMILY = Family(
     id=generator.TASK_ID,
-    aliases=("task12", "causal_subspace", "das"),
+    aliases=("task10", "causal_subspace", "das"),
     difficulty="hard",
     description=(
         "The output depends on a variable stored in a low-dimensional rotated subspace of a hidden layer, among "

@@ -1,4 +1,4 @@
-"""fact-storage (task9): causal tracing -- find the (layer, position) where the facts are stored."""
+"""fact-storage (task11): causal tracing -- find the (layer, position) where the facts are stored."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def grade(answer: Any, truth: dict) -> Grade:
 
 FAMILY = Family(
     id=generator.TASK_ID,
-    aliases=("task9", "fact_storage", "causal-tracing"),
+    aliases=("task11", "fact_storage", "causal-tracing"),
     difficulty="medium",
     description=(
         "Facts subject -> attribute are written into one layer's MLP at the last subject token (ROME-style); "

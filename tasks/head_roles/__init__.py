@@ -1,4 +1,4 @@
-"""head-roles (task10): label every attention head with its role (detection-score definitions)."""
+"""head-roles (task9): label every attention head with its role (detection-score definitions)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def grade(answer: Any, truth: dict) -> Grade:
 
 FAMILY = Family(
     id=generator.TASK_ID,
-    aliases=("task10", "head_roles", "role-identification"),
+    aliases=("task9", "head_roles", "role-identification"),
     difficulty="medium",
     description=(
         "Label every head of a 2-layer attention model with its role (previous-token, duplicate-token, "

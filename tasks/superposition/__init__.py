@@ -1,4 +1,4 @@
-"""superposition (task11): which features a toy model represents, and which share dimensions."""
+"""superposition (task12): which features a toy model represents, and which share dimensions."""
 
 from __future__ import annotations
 
@@ -47,7 +47,7 @@ def grade(answer: Any, truth: dict) -> Grade:
 
 FAMILY = Family(
     id=generator.TASK_ID,
-    aliases=("task11", "toy-superposition"),
+    aliases=("task12", "toy-superposition"),
     difficulty="hard",
     description=(
         "A toy model of superposition: find which sparse features it represents and which groups of them "
