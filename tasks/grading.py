@@ -200,6 +200,11 @@ def grade_index_set(answer_set: set, truth_set: set) -> Grade:
     )
 
 
+def grade_frequencies(answer: Any, truth: dict) -> Grade:
+    """Jaccard over frequencies folded k ~ p-k (fourier-frequencies, modular-addition)."""
+    return grade_index_set(parse_frequencies(answer, truth["p"]), set(truth["frequencies"]))
+
+
 def grade_heads_with_roles(answer: Any, truth: dict, allowed_roles: tuple[str, ...]) -> Grade:
     """Heads by Jaccard; when role labels are given, 0.8 * Jaccard + 0.2 * chance-corrected role
     accuracy over the true heads (a true head left unlabelled counts as wrong).

@@ -22,6 +22,12 @@ def index_schema(n: int, k_max: int, description: str, kind: str = "indices", fi
     }
 
 
+def frequency_schema(p: int, k_max: int, what: str = "key frequencies") -> dict[str, Any]:
+    """Frequencies k in 1..(p-1)/2 of a prime p (k and p-k are the same real frequency)."""
+    half = (p - 1) // 2
+    return index_schema(half, k_max, f"{what} k in 1..{half} (k and p-k are the same)", kind="frequencies", first=1)
+
+
 def head_schema(
     n_layers: int, n_heads: int, k_max: int, description: str, roles: tuple[str, ...] = ()
 ) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..base import Instance
 from ..rng import Stream, quantise
-from ..schemas import index_schema
+from ..schemas import frequency_schema
 from . import prompt
 
 TASK_ID = "fourier-frequencies"
@@ -52,14 +52,7 @@ def freq_power(w_e: np.ndarray) -> np.ndarray:
 
 
 def answer_schema(level: str, p: int | None = None) -> dict:
-    p = p or LEVELS[level][0][0]
-    return index_schema(
-        (p - 1) // 2,
-        K_MAX,
-        f"key frequencies k in 1..{(p - 1) // 2} (k and p-k are the same)",
-        kind="frequencies",
-        first=1,
-    )
+    return frequency_schema(p or LEVELS[level][0][0], K_MAX)
 
 
 def _waves(p: int, freqs: list[int], amps: list[float], basis: np.ndarray) -> np.ndarray:

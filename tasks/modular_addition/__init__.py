@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..base import Family
-from ..grading import Grade, grade_index_set, parse_frequencies
+from ..grading import grade_frequencies
 from . import generator, reference
-
-
-def grade(answer: Any, truth: dict) -> Grade:
-    return grade_index_set(parse_frequencies(answer, truth["p"]), set(truth["frequencies"]))
-
 
 FAMILY = Family(
     id=generator.TASK_ID,
@@ -26,7 +19,7 @@ FAMILY = Family(
     max_steps={"easy": 10, "medium": 12, "hard": 14},
     family_version=generator.VERSION,
     generate_fn=generator.generate,
-    grade_fn=grade,
+    grade_fn=grade_frequencies,
     reference=reference.SNIPPETS,
     answer_schema_fn=generator.answer_schema,
 )

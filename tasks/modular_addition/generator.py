@@ -24,7 +24,7 @@ from torch import nn
 from ..base import Instance
 from ..bilinear import GatedMLP
 from ..rng import Stream, quantise
-from ..schemas import index_schema
+from ..schemas import frequency_schema
 from . import prompt
 
 TASK_ID = "modular-addition"
@@ -54,14 +54,7 @@ class ModAddMLP(nn.Module):
 
 
 def answer_schema(level: str, p: int | None = None) -> dict:
-    p = p or LEVELS[level][0][0]
-    return index_schema(
-        (p - 1) // 2,
-        K_MAX,
-        f"the key frequencies the model uses, k in 1..{(p - 1) // 2} (k and p-k are the same)",
-        kind="frequencies",
-        first=1,
-    )
+    return frequency_schema(p or LEVELS[level][0][0], K_MAX, "the key frequencies the model uses,")
 
 
 def logit_margin(model: ModAddMLP, tokens: torch.Tensor, w_e: torch.Tensor | None = None) -> float:
