@@ -31,11 +31,11 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "1"
+VERSION = "2"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
-LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 8, 0.01), "hard": (32, 10, 0.02)}  # vocab, heads/layer, noise
+LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.02)}  # vocab, heads/layer, noise
 N_FLAGS = 3
 
 
