@@ -15,7 +15,7 @@ from typing import Any
 
 from .base import Agent, Turn
 
-PROMPT_VERSION = "mechsandbox-llm-v1"
+PROMPT_VERSION = "mechsandbox-llm-v2"  # v2: submitting a sandbox variable (solution_from)
 OUTPUT_SHOWN = 3000
 HISTORY_KEEP = 14
 
@@ -41,6 +41,8 @@ print(model.cfg)
 ```
 2. Your final answer, graded ONCE and ending the episode, on its own line:
 FINAL_ANSWER: <json matching the answer schema>
+3. An answer too large to type (e.g. a basis of vectors) built in the sandbox as a variable, submitted by
+name with a reply that is exactly the JSON {"solution_from": "basis"} (graded ONCE, like FINAL_ANSWER).
 You may also keep your current best guess on a line `CANDIDATE: <json>`; if you run out of steps or time,
 the candidate is submitted. There is exactly one graded submission and no feedback before it.
 """
