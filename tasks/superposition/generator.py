@@ -121,7 +121,7 @@ def _build(s: Stream, level: str) -> tuple[ToySuperposition, list[int], list[lis
     dedicated = s.between(d_lo, d_hi)
     used = sum(SHAPES[p][0] for p in plan) + dedicated
     n_dead = n - used
-    n_killed = n_dead // 2
+    n_killed = (2 * n_dead) // 3  # most dead features are large columns switched off by their bias
     basis = s.orthogonal(m)
     order = s.permutation(n)  # feature index of each planted slot
     w, b = np.zeros((m, n)), np.zeros(n)
