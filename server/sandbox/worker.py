@@ -38,13 +38,13 @@ def serve(
     parent: int,
     facades: dict[str, Facade],
     limits: dict[str, Any],
-    warm_up_payloads: list[tuple[dict[str, Any], bytes]] = (),
+    warm_up_payloads: list[tuple[dict[str, Any], bytes]] | None = None,
 ) -> None:
     """Never returns: hardens this process, then answers requests until EOF."""
     try:
         report = harden(cfg, slot, sock.fileno(), parent)
         runtime = Runtime(facades, output_cap=limits["output_cap"], error_cap=limits["error_cap"])
-        warm_up(facades, list(warm_up_payloads), None)  # pre-fault a first load while waiting in the pool
+        warm_up(facades, warm_up_payloads or [], None)  # pre-fault a first load while waiting in the pool
         send_frame(sock, {"isolation": report, "pid": os.getpid()})
         while True:
             message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
