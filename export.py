@@ -1,9 +1,9 @@
 """Canonical artifacts: public weights (safetensors) + public config (JSON) + a sha256 manifest.
 
 Why: users and CI need a fixed, inspectable set of instances whose bytes prove determinism
-(SPEC-tasks.md §3). ``write`` generates them; ``check`` regenerates in memory and compares bytes
-with the manifest and the files on disk. Ground truth is never written here, and nothing is ever
-loaded with pickle (safetensors and JSON only).
+(docs/CONTRACT.md, "Determinism and versions"). ``write`` generates them; ``check`` regenerates in
+memory and compares bytes with the manifest and the files on disk. Ground truth is never written
+here, and nothing is ever loaded with pickle (safetensors and JSON only).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """OpenEnv wire types: the action, the observation and the state of a MechSandbox episode.
 
-Field names and meanings are the contract of SPEC-api.md. Every observation field is a real field
+Field names and meanings are the contract of docs/CONTRACT.md ("Wire format"). Every observation field is a real field
 (OpenEnv drops ``metadata`` on parts of the wire). This module and ``client.py`` import only
 ``openenv`` and ``jsonvalue`` (no torch), so an agent machine can use the typed client cheaply.
 """

@@ -1,5 +1,5 @@
 """Agents that play MechSandbox through its public API only (``client.py``): the scripted baseline
-(each family's reference solution), the random baseline (SPEC-tasks.md §4) and the LLM agent used by
+(each family's reference solution), the random baseline (docs/CONTRACT.md, "Baselines") and the LLM agent used by
 ``inference.py`` and ``mechsandbox eval --agent llm``."""
 
 from .base import Agent, EpisodeRecord, play_episode

@@ -1,6 +1,6 @@
 """The agent interface and the episode loop shared by every agent, ``inference.py`` and the eval harness.
 
-An agent sees observations as plain dicts (the wire fields of SPEC-api.md) and answers with an action
+An agent sees observations as plain dicts (the wire fields of docs/CONTRACT.md) and answers with an action
 dict (exactly one of ``python_code``, ``solution_target``, ``solution_from``), or with a ``Turn`` that
 carries no action (a reply the agent could not use: it costs a turn and is logged, nothing is sent).
 """

@@ -1,4 +1,4 @@
-"""The random baseline of SPEC-tasks.md §4: a few well-formed snippets, then a uniformly random answer.
+"""The random baseline (docs/CONTRACT.md, "Baselines"): a few well-formed snippets, then a uniformly random answer.
 
 It reads only the instance's ``answer_schema``: the answer size is drawn uniformly from
 1..min(N, 2·k_max) (never told |G|), items uniformly from the universe, roles uniformly from the
@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from ..answer_kind import AnswerKind
 from .base import Agent, Turn
 
 PROBES = ("print(model)", "print(sorted(n for n, _ in model.named_parameters())[:5])")
@@ -34,20 +35,20 @@ class RandomAgent(Agent):
         return {"solution_target": self.random_answer(self.reset_obs["answer_schema"])}
 
     def random_answer(self, schema: dict[str, Any]) -> Any:
-        kind = schema["x-kind"]
-        if kind == "cell":
+        kind = AnswerKind(schema["x-kind"])
+        if kind is AnswerKind.CELL:
             return {
                 "layer": self.rng.randrange(int(schema["x-n-layers"])),
                 "position": self.rng.randrange(int(schema["x-n-positions"])),
             }
-        if kind == "roles":  # a label for every head
+        if kind is AnswerKind.ROLES:  # a label for every head
             layers, heads = int(schema["x-n-layers"]), int(schema["x-n-heads"])
             return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay in range(layers) for h in range(heads)}
-        if kind == "basis":  # a few random Gaussian directions
+        if kind is AnswerKind.BASIS:  # a few random Gaussian directions
             d = int(schema["x-dim"])
             rows = self.rng.randint(1, min(d, 2 * int(schema["x-k-max"])))
             return [[round(self.rng.gauss(0.0, 1.0), 6) for _ in range(d)] for _ in range(rows)]
-        if kind == "features+groups":  # a random subset, then random groups of 2-3 of its members
+        if kind is AnswerKind.FEATURES_GROUPS:  # a random subset, then random groups of 2-3 of its members
             n = int(schema["x-universe"])
             represented = sorted(self.rng.sample(range(n), self.rng.randint(1, n)))
             pool, groups = self.rng.sample(represented, len(represented)), []
@@ -59,10 +60,10 @@ class RandomAgent(Agent):
         n, k_max = int(schema["x-universe"]), int(schema["x-k-max"])
         size = self.rng.randint(1, min(n, 2 * k_max))
         picks = self.rng.sample(range(n), size)
-        if kind.startswith("heads"):
+        if kind.names_heads:
             n_heads = int(schema["x-n-heads"])
             heads = [[p // n_heads, p % n_heads] for p in picks]
-            if kind == "heads+roles":
+            if kind is AnswerKind.HEADS_ROLES:
                 roles = schema["x-roles"]
                 return {"heads": heads, "roles": {f"L{h[0]}H{h[1]}": self.rng.choice(roles) for h in heads}}
             return heads

@@ -1,4 +1,4 @@
-"""Seed-variation sweep (SPEC-tasks.md §2) over seeds 0..N-1 for every family and level.
+"""Seed-variation sweep (docs/CONTRACT.md, "Sizes and variation") over seeds 0..N-1 for every family and level.
 
 Prints, per family and level: the share of seeds for which the most common answer is correct (rule:
 <= max(10%, 2/|answer space|)), the best constant answer's mean score over the first 100 seeds
@@ -15,6 +15,7 @@ import json
 import time
 from collections import Counter
 
+from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, families, get_family
 from tqdm import tqdm
 
@@ -32,8 +33,12 @@ def answer_key(truth: dict) -> str:
     parts = items(truth)
     if parts is not None:
         return json.dumps(sorted(parts), default=list)
-    fields = {"cell": ("layer", "position"), "roles": ("roles",), "features+groups": ("represented", "groups"),
-              "basis": ("basis",)}[truth["kind"]]  # fmt: skip
+    fields = {
+        AnswerKind.CELL: ("layer", "position"),
+        AnswerKind.ROLES: ("roles",),
+        AnswerKind.FEATURES_GROUPS: ("represented", "groups"),
+        AnswerKind.BASIS: ("basis",),
+    }[AnswerKind(truth["kind"])]
     return json.dumps([truth[f] for f in fields], sort_keys=True)
 
 

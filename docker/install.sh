@@ -16,5 +16,5 @@ fi
 python -m pip install --no-cache-dir "$SRC"
 # The artifacts ship in the package; regenerate them in memory and compare bytes with the manifest.
 if ! python -m mechsandbox.cli gen-art --check --quiet; then
-    echo "docker/install.sh: warning: artifacts differ on this platform (truth is unaffected; see SPEC-tasks §3)" >&2
+    echo "docker/install.sh: warning: artifacts differ on this platform (truth is unaffected; see docs/CONTRACT.md)" >&2
 fi

@@ -2,7 +2,7 @@
 
 Independent of the wire protocol (no OpenEnv import) and of how snippets are isolated: it is handed
 an instance (with its truth) and a sandbox session, and turns actions into observation dicts whose
-fields are those of SPEC-api.md. Rules:
+fields are those of docs/CONTRACT.md. Rules:
 - a code step runs the snippet and earns the 0.01 format floor (a stalling agent never out-earns a
   submitting one: the episode return is the terminal score);
 - the first *valid* submission is graded and ends the episode (reward = score in [0.01, 0.99]);

@@ -14,40 +14,44 @@ from typing import Any
 from .base import LEVELS, Family, Instance
 from .grading import Grade
 
-_MODULES = (
-    "dead_neurons",
-    "multiplication_neuron",
-    "fourier_frequencies",
-    "additive_bypass",
-    "copy_head",
-    "induction_circuit",
-    "committee_circuit",
-    "modular_addition",
-    "head_roles",
-    "causal_subspace",
-    "fact_storage",
-    "superposition",
-)
+
+def _order(fam: Family) -> tuple[int, str]:
+    """Canonical order: the number of the family's ``taskN`` alias, then families without one by id."""
+    numbers = [int(a[4:]) for a in fam.aliases if a.startswith("task") and a[4:].isdigit()]
+    return (numbers[0] if numbers else 1_000_000, fam.id)
 
 
 def _load() -> dict[str, Family]:
-    import importlib
+    """Every family package under ``tasks/``: a sub-package that defines ``FAMILY``.
 
-    out: dict[str, Family] = {}
-    for name in _MODULES:
-        try:
-            module = importlib.import_module(f"{__name__}.{name}")
-        except ModuleNotFoundError as exc:  # a family not built yet
-            if exc.name != f"{__name__}.{name}":
-                raise
+    Why discovered rather than listed: a second hand-kept list drifts, and a family missing from it
+    vanished silently. A family package that fails to import is an error here, never skipped, and
+    so is a clash of ids or aliases.
+    """
+    import importlib
+    import pkgutil
+
+    found: list[Family] = []
+    for info in pkgutil.iter_modules(__path__):
+        if not info.ispkg:
             continue
-        fam: Family = module.FAMILY
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        fam = getattr(module, "FAMILY", None)
+        if not isinstance(fam, Family):
+            raise ImportError(f"{module.__name__} is a package under tasks/ but defines no FAMILY = Family(...)")
+        found.append(fam)
+    out: dict[str, Family] = {}
+    names: dict[str, str] = {}
+    for fam in sorted(found, key=_order):
+        for name in (fam.id, *fam.aliases):
+            if names.setdefault(name, fam.id) != fam.id:
+                raise ImportError(f"families {names[name]!r} and {fam.id!r} both claim the name {name!r}")
         out[fam.id] = fam
     return out
 
 
 _FAMILIES = _load()
-_ALIASES = {alias: fam.id for fam in _FAMILIES.values() for alias in (fam.id, *fam.aliases)}
+_ALIASES = {name: fam.id for fam in _FAMILIES.values() for name in (fam.id, *fam.aliases)}
 
 
 def families() -> list[Family]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..answer_kind import AnswerKind
 from .base import Instance
 from .hooked import HookedConfig, HookedTransformer
 from .rng import Stream, quantise
@@ -289,7 +290,7 @@ def hooked_instance(
     prompt: str,
     answer_schema: dict,
     roles: dict[tuple[int, int], str],
-    kind: str = "heads+roles",
+    kind: AnswerKind = AnswerKind.HEADS_ROLES,
     **extra_truth: object,
 ) -> Instance:
     """Assemble a transformer family's Instance; the truth is the planted heads and their roles."""

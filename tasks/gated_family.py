@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..answer_kind import AnswerKind
 from . import bilinear
 from .base import Instance
 from .grading import Grade, grade_index_set, parse_indices
@@ -63,7 +64,7 @@ def make_instance(
         config=bilinear.config(level),
         prompt=text,
         answer_schema=answer_schema(level),
-        truth={"kind": "indices", "n": d, "indices": [unit]},
+        truth={"kind": AnswerKind.INDICES, "n": d, "indices": [unit]},
     )
 
 

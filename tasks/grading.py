@@ -2,7 +2,7 @@
 
 Why one module: every family grades one of a few answer shapes (indices, frequencies, heads,
 heads with role labels). Parsing them in one place keeps the accepted and rejected shapes, and
-their one-line messages, identical across families (SPEC-tasks.md §1). Nothing here raises on
+their one-line messages, identical across families (docs/CONTRACT.md, "Grading"). Nothing here raises on
 any JSON value: a bad answer is a :class:`Rejection`, turned into a rejected :class:`Grade`.
 """
 

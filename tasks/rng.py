@@ -1,6 +1,6 @@
 """Seed streams: platform-independent discrete choices and quantised continuous draws.
 
-Why: SPEC-tasks.md §3. The *truth* (indices, frequencies, heads) must be identical on every
+Why: docs/CONTRACT.md, "Determinism and versions". The *truth* (indices, frequencies, heads) must be identical on every
 platform, so discrete choices use only ``PCG64.random_raw()`` (64-bit integers, defined by the
 algorithm) and our own integer arithmetic -- never ``Generator.integers`` or ``choice``, whose
 algorithms may change between numpy releases. Continuous weights come from a ``Generator`` and are

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..answer_kind import AnswerKind
 
-def index_schema(n: int, k_max: int, description: str, kind: str = "indices", first: int = 0) -> dict[str, Any]:
+
+def index_schema(
+    n: int, k_max: int, description: str, kind: AnswerKind = AnswerKind.INDICES, first: int = 0
+) -> dict[str, Any]:
     return {
         "type": "array",
         "items": {"type": "integer", "minimum": first, "maximum": first + n - 1},
@@ -25,7 +29,9 @@ def index_schema(n: int, k_max: int, description: str, kind: str = "indices", fi
 def frequency_schema(p: int, k_max: int, what: str = "key frequencies") -> dict[str, Any]:
     """Frequencies k in 1..(p-1)/2 of a prime p (k and p-k are the same real frequency)."""
     half = (p - 1) // 2
-    return index_schema(half, k_max, f"{what} k in 1..{half} (k and p-k are the same)", kind="frequencies", first=1)
+    return index_schema(
+        half, k_max, f"{what} k in 1..{half} (k and p-k are the same)", kind=AnswerKind.FREQUENCIES, first=1
+    )
 
 
 def head_schema(
@@ -42,7 +48,7 @@ def head_schema(
     }
     schema: dict[str, Any] = {
         "description": description,
-        "x-kind": "heads+roles" if roles else "heads",
+        "x-kind": AnswerKind.HEADS_ROLES if roles else AnswerKind.HEADS,
         "x-universe": n_layers * n_heads,
         "x-k-max": k_max,
         "x-n-layers": n_layers,

@@ -2,7 +2,7 @@
 
 The weight-statistics baseline ranks components by one statistic of their weights (norms,
 sparsity, effective rank, biases), in either direction, and -- generously -- is told the true
-answer size; SPEC-tasks.md §2 requires it to score <= 0.3 on average.
+answer size; docs/CONTRACT.md ("Sizes and variation") requires it to score <= 0.3 on average.
 """
 
 from __future__ import annotations

@@ -1,10 +1,31 @@
-"""Shared fixtures (helpers live in helpers.py, importable because pytest puts tests/ on the path)."""
+"""Shared fixtures and run-wide plumbing (helpers live in helpers.py, importable because pytest puts
+tests/ on the path).
+
+Two things here serve the whole run, whether it is one process or several pytest-xdist workers:
+
+- the instance cache folder (``helpers.cached_instance``): created by the controlling process before
+  any worker starts, handed down through the environment, removed when the run ends;
+- the per-file time budget (``tests/time_budget.json``): the run adds up each file's setup, call and
+  teardown seconds and prints a table at the end, flagging every file over its budget, so the next
+  change that makes the suite slower is seen where it happens. ``.ci/run`` shows that table.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
-from helpers import FAMILY_IDS, shared_pool
+from helpers import FAMILY_IDS, INSTANCE_CACHE_ENV, shared_pool
 from mechsandbox.tasks import LEVELS, Family, get_family
+
+BUDGET_FILE = Path(__file__).with_name("time_budget.json")
+_CONFIG: dict[str, pytest.Config] = {}  # the run's config, for the report hook (which is not given it)
 
 
 @pytest.fixture(params=FAMILY_IDS)
@@ -22,3 +43,59 @@ def _close_shared_pool():
     yield
     if shared_pool.cache_info().currsize:
         shared_pool().close()
+
+
+def _is_controller(config: pytest.Config) -> bool:
+    return not hasattr(config, "workerinput")  # xdist workers carry ``workerinput``
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _is_controller(config) and not os.environ.get(INSTANCE_CACHE_ENV):
+        folder = tempfile.mkdtemp(prefix="mechsandbox-instances-")
+        os.environ[INSTANCE_CACHE_ENV] = folder  # inherited by the xdist workers started after this
+        config._instance_cache_dir = folder  # type: ignore[attr-defined]
+    config._file_seconds = defaultdict(float)  # type: ignore[attr-defined]
+    config._run_started = time.monotonic()  # type: ignore[attr-defined]
+    _CONFIG["config"] = config
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder = getattr(config, "_instance_cache_dir", None)
+    if folder:
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(INSTANCE_CACHE_ENV, None)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Seen by the controller for every phase of every test, also the ones run by xdist workers."""
+    config = _CONFIG.get("config")
+    if config is not None:
+        config._file_seconds[report.nodeid.split("::")[0]] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not _is_controller(config):
+        return
+    seconds: dict[str, float] = config._file_seconds  # type: ignore[attr-defined]
+    if not seconds:
+        return
+    budget = json.loads(BUDGET_FILE.read_text()) if BUDGET_FILE.exists() else {}
+    wall = time.monotonic() - config._run_started  # type: ignore[attr-defined]
+    write = terminalreporter.write_line
+    terminalreporter.section("time per test file (seconds of test time; budget in tests/time_budget.json)")
+    over = []
+    for path, spent in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        limit = budget.get("files", {}).get(Path(path).name)
+        flag = ""
+        if limit is None:
+            flag = "  NO BUDGET"
+        elif spent > limit:
+            flag = "  OVER BUDGET"
+            over.append(path)
+        write(f"{spent:8.1f}  {'-' if limit is None else f'{limit:6.0f}':>6}  {path}{flag}")
+    total = sum(seconds.values())
+    write(f"{total:8.1f}  total test time; {wall:.0f} s wall for the run (budget {budget.get('wall_s', '-')} s)")
+    if over:
+        write(
+            f"over budget: {', '.join(over)} -- speed them up or raise the budget with a reason in docs/PERFORMANCE.md"
+        )

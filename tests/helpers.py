@@ -7,31 +7,60 @@ worker process) exactly as an agent's snippets would, and the answer comes back 
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import fcntl
 import functools
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
+from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.tasks import Family, Instance, families, get_family
 
 FAMILY_IDS = [f.id for f in families()]
 TRANSFORMER_FAMILIES = {"copy-head", "induction-circuit", "committee-circuit"}
-SET_KINDS = ("indices", "frequencies", "heads", "heads+roles")
 
 
-def answer_kind(task_id: str) -> str:
-    return get_family(task_id).answer_schema_fn("easy")["x-kind"]
+def answer_kind(task_id: str) -> AnswerKind:
+    return AnswerKind(get_family(task_id).answer_schema_fn("easy")["x-kind"])
 
 
-SET_FAMILIES = [t for t in FAMILY_IDS if answer_kind(t) in SET_KINDS]  # answers graded as sets (Jaccard)
-HEAD_FAMILIES = {t for t in FAMILY_IDS if answer_kind(t).startswith("heads")}
+SET_FAMILIES = [t for t in FAMILY_IDS if answer_kind(t).is_set]  # answers graded as sets (Jaccard)
+HEAD_FAMILIES = {t for t in FAMILY_IDS if answer_kind(t).names_heads}
 
 
-@functools.cache
+INSTANCE_CACHE_ENV = "MECHSANDBOX_TEST_INSTANCE_DIR"  # set by conftest for the whole run (all xdist workers)
+
+
+@functools.lru_cache(maxsize=256)
 def cached_instance(task_id: str, seed: int, level: str) -> Instance:
-    """Generated once per test session; tests must not mutate the returned model."""
-    return get_family(task_id).generate(seed, level)
+    """Each (family, version, seed, level) is generated once per test run and shared by every test.
+
+    Why: the seed sweeps alone need 3,600 instances, and several test files (run by several
+    pytest-xdist workers) ask for the same ones. The first worker to need an instance generates it
+    under a file lock and writes it to the run's cache folder; the others load it (a few ms against
+    0.2-1.7 s of generation for the transformer families). The folder lives in the run's temporary
+    directory and goes with it, so no stale instance outlives a change of a generator. Tests must
+    not mutate the returned model.
+    """
+    fam = get_family(task_id)
+    folder = os.environ.get(INSTANCE_CACHE_ENV)
+    if not folder:
+        return fam.generate(seed, level)
+    path = Path(folder) / f"{fam.id}-v{fam.family_version}-{level}-{seed}.pt"
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.exists():
+            return torch.load(path, weights_only=False)  # our own files, written by this run
+        inst = fam.generate(seed, level)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        torch.save(inst, partial)
+        os.replace(partial, path)
+        return inst
 
 
 @functools.cache
@@ -42,7 +71,8 @@ def shared_pool() -> SandboxPool:
 
 def run_reference(family: Family, inst: Instance, noise: float = 0.0, noise_seed: int = 0) -> Any:
     """Play the family's reference snippets in a sandbox session; return the answer it submits."""
-    if noise:
+    if noise:  # perturb a copy: ``inst`` may be a cached instance that other tests share
+        inst = dataclasses.replace(inst, model=copy.deepcopy(inst.model))
         gen = torch.Generator().manual_seed(noise_seed)
         with torch.no_grad():
             for p in inst.model.parameters():

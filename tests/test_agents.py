@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from helpers import FAMILY_IDS, SET_KINDS, cached_instance
+from helpers import FAMILY_IDS, cached_instance
 from mechsandbox.agents import RandomAgent
 from mechsandbox.agents.llm import parse_reply
+from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, get_family
 
 
@@ -55,7 +56,6 @@ def test_random_answers_are_always_well_formed(task_id: str) -> None:
             answer = agent.random_answer(inst.answer_schema)
             grade = fam.grade(answer, inst.truth)
             assert not grade.rejected, (answer, grade.message)
-            kind = inst.answer_schema["x-kind"]
-            if kind in SET_KINDS:
+            if AnswerKind(inst.answer_schema["x-kind"]).is_set:
                 size = len(answer["heads"]) if isinstance(answer, dict) else len(answer)
                 assert 1 <= size <= min(inst.answer_schema["x-universe"], 2 * inst.answer_schema["x-k-max"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pkgutil
 import shutil
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from helpers import cached_instance
 from mechsandbox import export
 from mechsandbox.tasks import families, generate
 
@@ -57,8 +59,8 @@ def test_tasks_json_lists_every_family() -> None:
 def test_answer_example_is_valid_for_any_instance(task_id: str) -> None:
     fam = next(f for f in families() if f.id == task_id)
     for level in fam.levels:
-        inst = generate(task_id, 3, level)
-        assert not fam.grade(fam.answer_example, inst.truth).rejected
+        inst = cached_instance(task_id, 3, level)
+        assert not fam.grade(fam.answer_example, inst.truth, inst).rejected
 
 
 def test_tasks_table_and_command_usage() -> None:
@@ -150,4 +152,10 @@ def test_wheel_installs_one_namespace(tmp_path: Path) -> None:
     }
     for pkg in packages:
         prefix = "mechsandbox/" + ("" if pkg == "." else pkg + "/") + "__init__.py"
-        assert prefix in names, f"{pkg} is missing from pyproject's package list"
+        assert prefix in names, f"{pkg} is missing from the wheel (setup.py's package discovery)"
+    import mechsandbox.tasks as tasks_pkg
+
+    family_packages = [m.name for m in pkgutil.iter_modules(tasks_pkg.__path__) if m.ispkg]
+    assert len(family_packages) == len(families())  # the registry found one family per package
+    for name in family_packages:  # and every one of them ships
+        assert f"mechsandbox/tasks/{name}/__init__.py" in names and f"mechsandbox/tasks/{name}/generator.py" in names

@@ -1,4 +1,4 @@
-"""Determinism (SPEC-tasks.md §3) and that the public model reveals nothing of the answer."""
+"""Determinism (docs/CONTRACT.md) and that the public model reveals nothing of the answer."""
 
 from __future__ import annotations
 

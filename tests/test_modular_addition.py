@@ -1,6 +1,6 @@
 """modular-addition's planted properties: the model adds mod p on every pair, the stated frequency
 ablation rule holds with a margin, and spectra of single weight matrices cannot tell the keys from the
-distractors (SPEC-tasks.md §5 item 8)."""
+distractors (docs/CONTRACT.md, "The families", 8)."""
 
 from __future__ import annotations
 

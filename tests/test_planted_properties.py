@@ -143,7 +143,7 @@ def test_induction_circuit(level: str) -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_committee_properties(level: str) -> None:
-    """SPEC-tasks.md §5: pair >= 50%, member alone 10-40%, whole >= 90%, non-members (alone or
+    """docs/CONTRACT.md, "The families", 7: pair >= 50%, member alone 10-40%, whole >= 90%, non-members (alone or
     paired with a member) <= 5% beyond the member alone, unequal pair effects that add up to the
     whole within 20%. (Ablating a redundant member alone does *not* halve the margin.)"""
     for seed in range(6):

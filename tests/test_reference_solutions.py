@@ -4,7 +4,7 @@ also after 1e-4 dense weight noise, and fits in half of the step budget."""
 from __future__ import annotations
 
 import pytest
-from helpers import FAMILY_IDS, run_reference
+from helpers import FAMILY_IDS, cached_instance, run_reference
 from mechsandbox.tasks import LEVELS, get_family
 
 FRESH_SEEDS = (1_000_003, 2_000_017)
@@ -16,9 +16,9 @@ FRESH_SEEDS = (1_000_003, 2_000_017)
 def test_reference_scores_at_least_095(task_id: str, level: str, noise: float) -> None:
     fam = get_family(task_id)
     for seed in FRESH_SEEDS:
-        inst = fam.generate(seed, level)
+        inst = cached_instance(task_id, seed, level)  # shared by the two noise levels
         answer = run_reference(fam, inst, noise=noise, noise_seed=seed)
-        grade = fam.grade(answer, inst.truth)
+        grade = fam.grade(answer, inst.truth, inst)  # measured on the clean model
         assert not grade.rejected, grade.message
         assert grade.score >= 0.95, f"{task_id}/{level}/seed {seed}: {grade.score} ({grade.message})"
 

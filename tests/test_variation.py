@@ -1,4 +1,4 @@
-"""Seed variation, best constant answers and the weight-statistics baseline (SPEC-tasks.md §2).
+"""Seed variation, best constant answers and the weight-statistics baseline (docs/CONTRACT.md, "Sizes and variation").
 
 Seed counts: 100 seeds per family and level here (the constant-answer rule is stated over 100
 seeds); ``bench/seed_variation.py`` runs the full 0..999 sweep of the seed-variation rule.
@@ -12,6 +12,7 @@ from collections import Counter
 import pytest
 from baselines import best_mean, constant_candidates, weight_stat_answers
 from helpers import SET_FAMILIES, answer_kind, cached_instance
+from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, get_family
 
 N_SEEDS = 100
@@ -52,7 +53,7 @@ def test_no_answer_dominates_and_constants_score_low(task_id: str, level: str) -
     assert best <= 0.15, f"a constant answer scores {best:.3f} on average"
 
 
-@pytest.mark.parametrize("task_id", [t for t in SET_FAMILIES if answer_kind(t) != "frequencies"])
+@pytest.mark.parametrize("task_id", [t for t in SET_FAMILIES if answer_kind(t) is not AnswerKind.FREQUENCIES])
 @pytest.mark.parametrize("level", LEVELS)
 def test_weight_statistics_baseline_scores_at_most_03(task_id: str, level: str) -> None:
     if task_id == "dead-neurons" and level != "hard":

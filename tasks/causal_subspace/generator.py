@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..rng import Stream, quantise
 from . import prompt
@@ -64,7 +65,7 @@ def answer_schema(level: str) -> dict:
         "minItems": 1,
         "maxItems": d,
         "description": f"a basis of the subspace: a list of vectors of {d} numbers (any basis; it is orthonormalised)",
-        "x-kind": "basis",
+        "x-kind": AnswerKind.BASIS,
         "x-universe": d,
         "x-k-max": LEVELS[level][2],
         "x-dim": d,
@@ -163,5 +164,5 @@ def generate(seed: int, level: str) -> Instance:
         config={"kind": "subspace-mlp", "n_in": n_in, "d_hidden": d, "d_mlp": d_mlp, "n_classes": n_classes},
         prompt=prompt.TEXT.format(n_in=n_in, d=d, k=k, n_probe=N_PROBE, n_classes=n_classes),
         answer_schema=answer_schema(level),
-        truth={"kind": "basis", "seed": seed, "level": level, "d": d, "k": k, "basis": basis.tolist()},
+        truth={"kind": AnswerKind.BASIS, "seed": seed, "level": level, "d": d, "k": k, "basis": basis.tolist()},
     )

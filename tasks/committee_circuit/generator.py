@@ -8,7 +8,7 @@ reads P's output (composition across layers). A default token carries a logit bi
 logit(marked) - max other is the committee's total minus that default: effects are graded, not
 saturated. OV gains are calibrated on a noise-free build so the pair shares, backup shares and
 takeover ratios hit drawn targets; the final (rotated, noisy, quantised) model must then satisfy every
-property of SPEC-tasks.md §5 (checked here, resampled otherwise).
+property of docs/CONTRACT.md ("The families", 7) (checked here, resampled otherwise).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def committee_effects(
     targets: torch.Tensor,
     pairs: list[tuple[tuple[int, int], tuple[int, int]]],
 ) -> dict:
-    """Margin drops (as fractions of the clean margin) for the ablations the spec talks about."""
+    """Margin drops (as fractions of the clean margin) for the ablations that the contract names."""
     clean = mean_margin(model(tokens), targets)
 
     def drop(heads: list) -> float:
@@ -242,7 +242,7 @@ def generate(seed: int, level: str) -> Instance:
 
 
 def _satisfies_spec(model, tokens, targets, pairs, n_heads) -> bool:
-    """SPEC-tasks.md §5 committee properties, on this instance's own probe set."""
+    """The committee properties of docs/CONTRACT.md, on this instance's own probe set."""
     eff = committee_effects(model, tokens, targets, pairs)
     if eff["clean"] < 2.0:
         return False

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..circuits import (
     Layout,
@@ -111,5 +112,5 @@ def generate(seed: int, level: str) -> Instance:
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=N_HEADS, vocab=vocab, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
         roles={(copy_layer, copy_head): "copy"},
-        kind="heads",
+        kind=AnswerKind.HEADS,
     )

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..rng import Stream, quantise
 from ..schemas import index_schema
@@ -131,5 +132,5 @@ def generate(seed: int, level: str) -> Instance:
         config={"kind": "mlp", "n_in": n_in, "n_hidden": n_hidden, "n_out": n_out, "box": [LO, HI]},
         prompt=text,
         answer_schema=answer_schema(level),
-        truth={"kind": "indices", "n": n, "indices": dead},
+        truth={"kind": AnswerKind.INDICES, "n": n, "indices": dead},
     )

@@ -8,7 +8,7 @@ from ..base import Family
 from ..grading import Grade, Rejection, as_int, clamp
 from . import generator, reference
 
-ADJACENT = 0.3  # SPEC-tasks.md §1: an adjacent cell earns at most 0.3
+ADJACENT = 0.3  # docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3
 
 
 def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:

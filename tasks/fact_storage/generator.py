@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..circuits import Layout, Planter, attend_offset, copy_tokens, distractor_job
 from ..hooked import HookedConfig, HookedTransformer
@@ -64,7 +65,7 @@ def answer_schema(level: str) -> dict:
         },
         "required": ["layer", "position"],
         "description": "the (layer, position) cell where restoring the MLP output recovers the fact most",
-        "x-kind": "cell",
+        "x-kind": AnswerKind.CELL,
         "x-universe": n_layers * n_ctx,
         "x-k-max": 1,
         "x-n-layers": n_layers,
@@ -248,5 +249,11 @@ def generate(seed: int, level: str) -> Instance:
             vocab=N_SUBJ + N_FILL + N_ATTR,
         ),
         answer_schema=answer_schema(level),
-        truth={"kind": "cell", "n_layers": n_layers, "n_positions": n_ctx, "layer": fact_layer, "position": end},
+        truth={
+            "kind": AnswerKind.CELL,
+            "n_layers": n_layers,
+            "n_positions": n_ctx,
+            "layer": fact_layer,
+            "position": end,
+        },
     )

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..rng import Stream, quantise
 from ..schemas import frequency_schema
@@ -105,5 +106,5 @@ def generate(seed: int, level: str) -> Instance:
         config={"kind": "embed-mlp", "p": p, "d_model": D_MODEL, "d_mlp": D_MLP},
         prompt=prompt.TEXT.format(p=p, d=D_MODEL, half=half),
         answer_schema=answer_schema(level, p),
-        truth={"kind": "frequencies", "p": p, "frequencies": keys},
+        truth={"kind": AnswerKind.FREQUENCIES, "p": p, "frequencies": keys},
     )

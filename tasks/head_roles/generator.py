@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..circuits import Layout, Planter, attend_flag, attend_offset, copy_tokens, permute_heads
 from ..hooked import HookedConfig, HookedTransformer
@@ -65,7 +66,7 @@ def answer_schema(level: str) -> dict:
         "type": "object",
         "additionalProperties": {"enum": list(ROLES)},
         "description": 'a role for every head, keyed "L{layer}H{head}"',
-        "x-kind": "roles",
+        "x-kind": AnswerKind.ROLES,
         "x-universe": N_LAYERS * n_heads,
         "x-k-max": N_LAYERS * n_heads,
         "x-n-layers": N_LAYERS,
@@ -200,5 +201,5 @@ def generate(seed: int, level: str) -> Instance:
             example=prompt.EXAMPLE,
         ),
         answer_schema=answer_schema(level),
-        truth={"kind": "roles", "n_layers": N_LAYERS, "n_heads": n_heads, "roles": truth_roles},
+        truth={"kind": AnswerKind.ROLES, "n_layers": N_LAYERS, "n_heads": n_heads, "roles": truth_roles},
     )

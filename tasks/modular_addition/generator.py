@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..bilinear import GatedMLP
 from ..rng import Stream, quantise
@@ -174,5 +175,5 @@ def generate(seed: int, level: str) -> Instance:
         config={"kind": "modular-adder", "p": p, "d_model": d, "d_mlp": h},
         prompt=prompt.TEXT.format(p=p, d=d, h=h, half=half, key=int(KEY_RULE * 100), other=int(OTHER_RULE * 100)),
         answer_schema=answer_schema(level, p),
-        truth={"kind": "frequencies", "p": p, "frequencies": keys},
+        truth={"kind": AnswerKind.FREQUENCIES, "p": p, "frequencies": keys},
     )

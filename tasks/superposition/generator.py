@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ...answer_kind import AnswerKind
 from ..base import Instance
 from ..rng import Stream, quantise
 from . import prompt
@@ -68,7 +69,7 @@ def answer_schema(level: str) -> dict:
         },
         "required": ["represented", "groups"],
         "description": "the represented features, and the groups of represented features that share dimensions",
-        "x-kind": "features+groups",
+        "x-kind": AnswerKind.FEATURES_GROUPS,
         "x-universe": n,
         "x-k-max": n,
     }
@@ -189,5 +190,5 @@ def generate(seed: int, level: str) -> Instance:
         config={"kind": "toy-superposition", "n_features": n, "d_hidden": m},
         prompt=prompt.TEXT.format(n=n, m=m, n_probe=N_PROBE, last=n - 1, rep=REPRESENTED, shared=SHARED),
         answer_schema=answer_schema(level),
-        truth={"kind": "features+groups", "n": n, "represented": represented, "groups": groups},
+        truth={"kind": AnswerKind.FEATURES_GROUPS, "n": n, "represented": represented, "groups": groups},
     )
