@@ -1,4 +1,5 @@
-"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]`` (``eval`` later)."""
+"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]``, ``settings [--markdown]``
+and ``eval``."""
 
 from __future__ import annotations
 
@@ -40,6 +41,13 @@ def _gen_art(args: argparse.Namespace) -> int:
     return 0
 
 
+def _settings(args: argparse.Namespace) -> int:
+    from . import settings
+
+    print(settings.markdown_table() if args.markdown else settings.text_table(), end="")
+    return 0
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .server.app import main as serve
 
@@ -64,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="artifacts directory (default: the package's artifacts/)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(fn=_gen_art)
+    p = sub.add_parser("settings", help="list every MECHSANDBOX_* setting: default, values, meaning")
+    p.add_argument("--markdown", action="store_true", help="print the README's table")
+    p.set_defaults(fn=_settings)
     p = sub.add_parser("serve", help="run the OpenEnv server (settings: MECHSANDBOX_* environment variables)")
     p.add_argument("--host", help="bind address (default MECHSANDBOX_HOST or 0.0.0.0)")
     p.add_argument("--port", type=int, help="port (default MECHSANDBOX_PORT, PORT or 8000)")

@@ -1,0 +1,316 @@
+"""Every deployment setting of MechSandbox, declared once, with its parsing, validation and docs.
+
+Why: the server and the sandbox are configured only through ``MECHSANDBOX_*`` environment
+variables. Each one used to be spelled out in several places (a dataclass field, an ad-hoc check in
+``from_env``, a hand-written README row), and they drifted apart: types were guessed from the text
+of an annotation, checks ran only on the environment path, and some knobs were never documented.
+Here a setting is a single declaration from which everything else follows:
+
+* its environment variable, ``MECHSANDBOX_<FIELD NAME>`` (one fallback name is allowed: ``PORT``);
+* its type, from the field's annotation (``int``, ``float``, ``bool``, ``str`` or ``tuple[str, ...]``,
+  the last written as a comma list);
+* its default, range (``minimum``/``maximum``) or ``choices``, and a one-line ``doc``;
+* validation in ``__post_init__``, so values from the environment, from ``from_env(**overrides)``
+  and from direct construction (``SandboxSettings(pool_size=1)``) all pass the same checks and fail
+  with one line that names the variable;
+* the README table (``mechsandbox settings --markdown``; a test compares the two).
+
+Adding a setting is one field in ``ServerSettings`` or ``SandboxSettings``::
+
+    new_knob: int = setting(8, "what it does, in one line", minimum=1)
+
+Nothing else: no parser, no check, no table row to write by hand (regenerate the README table).
+
+This module imports only the standard library: the sandbox and light clients import it, and it
+must never pull in torch or the task families.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import typing
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar, Self, TypeVar
+
+PREFIX = "MECHSANDBOX_"
+KNOWN_LAYERS = ("rlimits", "uid", "landlock", "seccomp")
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's names
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+_DECLARATION = "mechsandbox.setting"  # the key of a setting's declaration in its field's metadata
+_KIND_WORDS = {int: "an integer", float: "a finite number", bool: "a boolean", str: "text", tuple: "a comma list"}
+
+
+def env_name(field_name: str) -> str:
+    """The environment variable of a settings field: ``session_cap`` -> ``MECHSANDBOX_SESSION_CAP``."""
+    return PREFIX + field_name.upper()
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One declared setting: where it is read from, what it accepts and what it means."""
+
+    name: str  # the dataclass field
+    env: str  # the environment variable
+    kind: type  # int, float, bool, str or tuple (a comma list of str)
+    default: Any
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()  # for str: the value; for a list: every entry
+    items: str = "entries"  # what the entries of a list are called in messages ("layers")
+    fallback: str | None = None  # read when ``env`` is unset (``PORT`` for the port)
+
+    def read(self, environ: Mapping[str, str]) -> object:
+        """The checked value from ``environ`` (``env``, then ``fallback``), or None when neither is set."""
+        for variable in (self.env, self.fallback):
+            if variable and variable in environ:
+                return self.check(self.parse(environ[variable], variable), variable)
+        return None
+
+    def parse(self, raw: str, variable: str | None = None) -> object:
+        """An environment string converted to the setting's type; range and choices are ``check``'s job."""
+        try:
+            if self.kind is tuple:
+                return tuple(part.strip() for part in raw.split(",") if part.strip())
+            if self.kind is bool:
+                if raw.strip().lower() in _TRUE:
+                    return True
+                if raw.strip().lower() in _FALSE:
+                    return False
+                raise ValueError(raw)
+            return self.kind(raw)
+        except ValueError:
+            hint = " (true/false, 1/0, yes/no, on/off)" if self.kind is bool else ""
+            raise ValueError(f"{variable or self.env}={raw!r} is not {_KIND_WORDS[self.kind]}{hint}") from None
+
+    def check(self, value: object, variable: str | None = None) -> object:
+        """``value`` if it is valid (ints widened to float, lists to tuples), else a ValueError naming ``variable``.
+
+        The one place where settings are validated: ``from_env`` and ``__post_init__`` both call it.
+        """
+        name = variable or self.env
+        value = self._typed(value, name)
+        if self.kind in (int, float):
+            number = typing.cast(float, value)
+            low, high = self.minimum, self.maximum
+            if (low is not None and number < low) or (high is not None and number > high):
+                raise ValueError(f"{name}={self.show(value)} is out of range: must be {self.range_text()}")
+        elif self.choices:
+            entries = typing.cast(tuple[str, ...], value) if self.kind is tuple else (typing.cast(str, value),)
+            unknown = [entry for entry in entries if entry not in self.choices]
+            if unknown and self.kind is tuple:
+                raise ValueError(f"{name}={self.show(value)} names unknown {self.items} {unknown}; "
+                                 f"known: {', '.join(self.choices)}")  # fmt: skip
+            if unknown:
+                raise ValueError(f"{name}={self.show(value)} is not allowed: must be one of {', '.join(self.choices)}")
+        return value
+
+    def _typed(self, value: object, name: str) -> object:
+        """The type check of ``check`` (bool is never taken for a number, nor a number for a bool)."""
+        if self.kind is bool:
+            ok = isinstance(value, bool)
+        elif self.kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif self.kind is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            value = float(value) if ok else value  # type: ignore[arg-type]
+        elif self.kind is tuple:
+            ok = isinstance(value, tuple | list) and all(isinstance(entry, str) for entry in value)
+            value = tuple(value) if ok else value  # type: ignore[arg-type]
+        else:
+            ok = isinstance(value, str)
+        if not ok:
+            raise ValueError(f"{name}={value!r} is not {_KIND_WORDS[self.kind]}")
+        return value
+
+    def show(self, value: object) -> str:
+        """A value written as it would be in the environment."""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, tuple):
+            return ",".join(value)
+        if isinstance(value, float):
+            return str(int(value)) if value.is_integer() else repr(value)  # exact, without a trailing ".0"
+        return str(value)
+
+    def default_text(self) -> str:
+        """The default as the tables show it: ``(empty)`` / ``(none)`` rather than nothing."""
+        shown = self.show(self.default)
+        return shown or ("(none)" if self.kind is tuple else "(empty)")
+
+    def range_text(self) -> str:
+        low, high = self.minimum, self.maximum
+        if low is not None and high is not None:
+            return f"between {self.show(low)} and {self.show(high)}"
+        return f">= {self.show(low)}" if low is not None else f"<= {self.show(high)}"
+
+    def values_text(self) -> str:
+        """What the setting accepts, in words for the table."""
+        if self.choices:
+            listed = ", ".join(f"`{choice}`" for choice in self.choices)
+            return f"comma list of {listed}" if self.kind is tuple else listed
+        words = {int: "integer", float: "number", bool: "true / false", str: "text", tuple: "comma list"}[self.kind]
+        if self.kind in (int, float) and (self.minimum is not None or self.maximum is not None):
+            return f"{words} {self.range_text()}"
+        return words
+
+
+def setting(
+    default: object,
+    doc: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    choices: tuple[str, ...] = (),
+    items: str = "entries",
+    fallback: str | None = None,
+) -> Any:
+    """A dataclass field that is a setting (typed ``Any`` so that ``port: int = setting(8000, ...)`` checks)."""
+    declaration = {"doc": doc, "minimum": minimum, "maximum": maximum, "choices": choices, "items": items,
+                   "fallback": fallback}  # fmt: skip
+    return field(default=default, metadata={_DECLARATION: declaration})
+
+
+_KINDS: dict[object, type] = {int: int, float: float, bool: bool, str: str, tuple[str, ...]: tuple}
+
+
+def _declared(cls: type) -> tuple[Setting, ...]:
+    """The ``Setting`` records of a settings dataclass, in field order; a bad declaration fails at import."""
+    hints = typing.get_type_hints(cls)
+    records = []
+    for f in fields(cls):
+        declaration = f.metadata.get(_DECLARATION)
+        if declaration is None:
+            continue  # a plain field, not read from the environment (test_unrestricted)
+        if hints[f.name] not in _KINDS:
+            raise TypeError(f"{cls.__name__}.{f.name}: a setting is int, float, bool, str or tuple[str, ...]")
+        if f.default is MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: a setting needs a default")
+        if "|" in declaration["doc"] or "\n" in declaration["doc"]:
+            raise TypeError(f"{cls.__name__}.{f.name}: a setting's doc is one line without '|' (a table cell)")
+        record = Setting(name=f.name, env=env_name(f.name), kind=_KINDS[hints[f.name]], default=f.default,
+                         **declaration)  # fmt: skip
+        record.check(record.default)
+        records.append(record)
+    return tuple(records)
+
+
+class _EnvSettings:
+    """What both settings dataclasses share: validation of every field and ``from_env``."""
+
+    SETTINGS: ClassVar[tuple[Setting, ...]] = ()  # filled by ``_with_settings``
+
+    def __post_init__(self) -> None:
+        for record in self.SETTINGS:
+            object.__setattr__(self, record.name, record.check(getattr(self, record.name)))
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: object) -> Self:
+        """The settings from ``environ`` (default ``os.environ``); ``overrides`` win over the environment."""
+        env = os.environ if environ is None else environ
+        values = {record.name: record.read(env) for record in cls.SETTINGS}
+        given = {name: value for name, value in values.items() if value is not None}
+        return cls(**{**given, **overrides})
+
+
+_T = TypeVar("_T", bound=type[_EnvSettings])
+
+
+def _with_settings(cls: _T) -> _T:
+    """Attaches the ``Setting`` records of a settings dataclass (apply it above ``@dataclass``)."""
+    cls.SETTINGS = _declared(cls)
+    return cls
+
+
+@_with_settings
+@dataclass(frozen=True)
+class ServerSettings(_EnvSettings):
+    """The episode and wire-level settings of the server."""
+
+    host: str = setting("0.0.0.0", "address the server binds to")
+    port: int = setting(8000, "port the server listens on", minimum=1, maximum=65535, fallback="PORT")
+    session_cap: int = setting(64, "WebSocket and HTTP sessions together; 429 / CAPACITY_REACHED past it", minimum=1)
+    idle_timeout_s: float = setting(900.0, "idle sessions are reaped and their workers killed", minimum=1)
+    reveal_truth: bool = setting(True, "show the truth after a train episode ends (test episodes never do)")
+    test_salt: str = setting("", "HMAC key of the test split; empty = random per process (set it for comparable runs)")
+    test_instances: int = setting(100, "test instances per task and level", minimum=1)
+    api_token: str = setting("", "when set, every route but `/health` needs `Authorization: Bearer <token>`")
+    rate_limit: float = setting(0.0, "steps per second per session, 429 past it; 0 = off", minimum=0)
+    max_body_bytes: int = setting(256 * 1024, "request bodies and WebSocket messages; 413 past it", minimum=1024)
+    default_task: str = setting("dead-neurons", "task of a reset that names none (an id from `mechsandbox tasks`)")
+    cache_size: int = setting(64, "generated instances kept in memory (LRU; a transformer is ~1.5 MiB)", minimum=1)
+    train_max_steps: int = setting(
+        0, "step budget of every train episode (test episodes keep the family's); 0 = the family budgets", minimum=0
+    )
+    log_level: str = setting("info", "uvicorn and server logging", choices=LOG_LEVELS)
+
+
+@_with_settings
+@dataclass(frozen=True)
+class SandboxSettings(_EnvSettings):
+    """The sandbox pool's settings: workers, limits and isolation layers (docs/SANDBOX.md)."""
+
+    pool_size: int = setting(4, "warm, model-less sandbox workers kept ready", minimum=0)
+    wall_seconds: float = setting(10.0, "wall-clock limit per snippet; the worker's process group is killed past it",
+                                  minimum=0.1)  # fmt: skip
+    worker_memory_mb: int = setting(1024, "address space per worker above the zygote's measured baseline", minimum=64)
+    memory_budget_mb: int = setting(
+        0, "all workers' private memory together (the watchdog kills the largest); 0 = RAM minus 4 GiB", minimum=0
+    )
+    cpu_seconds: int = setting(900, "RLIMIT_CPU per worker (a backstop; the wall-clock limit acts first)", minimum=1)
+    uid_drop: str = setting("auto", "run workers as a per-slot uid: when possible, always, or never",
+                            choices=("auto", "force", "off"))  # fmt: skip
+    landlock: bool = setting(True, "Landlock layer (switch off for diagnosis only)")
+    seccomp: bool = setting(True, "seccomp layer (switch off for diagnosis only)")
+    rlimits: bool = setting(True, "resource-limit layer (switch off for diagnosis only)")
+    require: tuple[str, ...] = setting((), "layers that must be active, else the pool refuses to start",
+                                       choices=KNOWN_LAYERS, items="layers")  # fmt: skip
+    output_cap: int = setting(64 * 1024, "bytes of stdout kept per snippet", minimum=1)
+    error_cap: int = setting(2048, "bytes of error text kept per snippet", minimum=1)
+    watchdog_interval: float = setting(0.5, "seconds between the memory watchdog's polls", minimum=0.01)
+    max_workers: int = setting(256, "worker slots (and per-slot uids) in all", minimum=1)
+    # Test-only, never read from the environment: lets a test worker run the "unrestricted" op.
+    test_unrestricted: bool = field(default=False, repr=False)
+
+    def budget_bytes(self) -> int:
+        """The memory budget in bytes (``memory_budget_mb``, or RAM minus 4 GiB and at least 1 GiB)."""
+        if self.memory_budget_mb > 0:
+            return self.memory_budget_mb * 1024 * 1024
+        return max(_total_ram() - 4 * 1024**3, 1024**3)
+
+
+def _total_ram() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+SETTINGS: tuple[Setting, ...] = ServerSettings.SETTINGS + SandboxSettings.SETTINGS
+"""The registry: every setting, server first, in declaration order."""
+
+REGISTRY: dict[str, Setting] = {record.env: record for record in SETTINGS}
+"""The same settings by environment variable."""
+if len(REGISTRY) != len(SETTINGS):
+    raise TypeError("two settings share an environment variable (a field name in both classes)")
+
+
+def markdown_table() -> str:
+    """The README's settings table (between its ``settings:start`` / ``settings:end`` markers)."""
+    lines = ["| variable | default | values | meaning |", "|---|---|---|---|"]
+    for record in SETTINGS:
+        variable = f"`{record.env}`" + (f" (or `{record.fallback}`)" if record.fallback else "")
+        default = record.default_text()
+        default = default if default.startswith("(") else f"`{default}`"
+        lines.append(f"| {variable} | {default} | {record.values_text()} | {record.doc} |")
+    return "\n".join(lines) + "\n"
+
+
+def text_table() -> str:
+    """The same table for a terminal: variable, default and meaning, one setting a line."""
+    width = max(len(record.env) for record in SETTINGS)
+    rows = []
+    for record in SETTINGS:
+        values = record.values_text().replace("`", "")
+        rows.append(f"{record.env:{width}}  {record.default_text():12}  {record.doc} [{values}]")
+    return "\n".join(rows) + "\n"
