@@ -66,6 +66,21 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         os.environ.pop(INSTANCE_CACHE_ENV, None)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the files with the largest time budget first (a stable sort: same order on every worker).
+
+    Why: pytest-xdist hands tests out in collection order, so a heavy file collected last (the seed
+    sweeps in ``test_variation.py``) would leave one worker busy long after the other ran dry.
+    Longest first keeps the tail short.
+    """
+    files = _budget().get("files", {})
+    items.sort(key=lambda item: -files.get(Path(item.nodeid.split("::")[0]).name, 0))
+
+
+def _budget() -> dict:
+    return json.loads(BUDGET_FILE.read_text()) if BUDGET_FILE.exists() else {}
+
+
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Seen by the controller for every phase of every test, also the ones run by xdist workers."""
     config = _CONFIG.get("config")
@@ -79,7 +94,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     seconds: dict[str, float] = config._file_seconds  # type: ignore[attr-defined]
     if not seconds:
         return
-    budget = json.loads(BUDGET_FILE.read_text()) if BUDGET_FILE.exists() else {}
+    budget = _budget()
     wall = time.monotonic() - config._run_started  # type: ignore[attr-defined]
     write = terminalreporter.write_line
     terminalreporter.section("time per test file (seconds of test time; budget in tests/time_budget.json)")

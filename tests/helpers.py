@@ -13,6 +13,7 @@ import fcntl
 import functools
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +48,41 @@ def cached_instance(task_id: str, seed: int, level: str) -> Instance:
     directory and goes with it, so no stale instance outlives a change of a generator. Tests must
     not mutate the returned model.
     """
+    inst = _from_disk(task_id, seed, level, wait=True)
+    assert inst is not None
+    return inst
+
+
+def cached_instances(task_id: str, seeds: Iterable[int], level: str) -> list[Instance]:
+    """``[cached_instance(task_id, s, level) for s in seeds]``, shared fairly between xdist workers.
+
+    Why: two workers often sweep the same (family, level) at once (the 100-seed and the 40-seed
+    tests). Walking the seeds in the same order, the second would wait on every lock the first
+    holds. Here a seed that another process is generating right now is left for later, so the two
+    split the sweep between them instead of taking turns.
+    """
+    seeds = list(seeds)
+    found: dict[int, Instance] = {}
+    for seed in seeds:
+        inst = _from_disk(task_id, seed, level, wait=False)
+        if inst is not None:
+            found[seed] = inst
+    return [found[seed] if seed in found else cached_instance(task_id, seed, level) for seed in seeds]
+
+
+def _from_disk(task_id: str, seed: int, level: str, wait: bool) -> Instance | None:
+    """Load the run's cached instance or generate and store it; None if another process holds it and
+    ``wait`` is false."""
     fam = get_family(task_id)
     folder = os.environ.get(INSTANCE_CACHE_ENV)
     if not folder:
         return fam.generate(seed, level)
     path = Path(folder) / f"{fam.id}-v{fam.family_version}-{level}-{seed}.pt"
     with open(path.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None
         if path.exists():
             return torch.load(path, weights_only=False)  # our own files, written by this run
         inst = fam.generate(seed, level)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import cached_instance
+from helpers import cached_instance, cached_instances
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.causal_subspace.generator import interchange_accuracy, orthonormal
 
@@ -53,7 +53,7 @@ def test_next_layer_svd_and_whole_space_score_low(level: str) -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_subspaces_vary_and_constant_bases_score_low(level: str) -> None:
-    insts = [cached_instance(FAM, seed, level) for seed in range(N_SEEDS)]
+    insts = cached_instances(FAM, range(N_SEEDS), level)
     d = insts[0].truth["d"]
     candidates = [np.eye(d)[:k].tolist() for k in (1, 2, 3)] + [[[1.0] * d]]
     candidates.append(insts[0].truth["basis"])  # one instance's true basis, used for all

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import cached_instance
+from helpers import cached_instance, cached_instances
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.fact_storage.generator import N_SUBJ, trace
 
@@ -44,7 +44,7 @@ def test_trace_peaks_at_the_planted_cell_and_the_residual_plateaus(level: str) -
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_cells_vary_and_constant_answers_score_low(level: str) -> None:
-    truths = [cached_instance(FAM, seed, level).truth for seed in range(N_SEEDS)]
+    truths = [inst.truth for inst in cached_instances(FAM, range(N_SEEDS), level)]
     cells = Counter((t["layer"], t["position"]) for t in truths)
     assert cells.most_common(1)[0][1] <= 0.10 * N_SEEDS, cells.most_common(3)
     n_layers, n_pos = truths[0]["n_layers"], truths[0]["n_positions"]
@@ -57,7 +57,7 @@ def test_cells_vary_and_constant_answers_score_low(level: str) -> None:
 def test_mlp_weight_statistics_do_not_give_the_layer_away(level: str) -> None:
     """Per-layer MLP statistics (norms of W_in, W_out, b_in, in both directions) pick the fact layer
     no more often than a constant layer choice does (chance among the possible layers + 0.15)."""
-    insts = [cached_instance(FAM, seed, level) for seed in range(40)]
+    insts = cached_instances(FAM, range(40), level)
     n_layers = insts[0].truth["n_layers"]
     stats = {
         "w_in": lambda mlp: float(mlp.W_in.norm()),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import cached_instance
+from helpers import cached_instance, cached_instances
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.superposition.generator import behaviour, groups_of
 
@@ -49,7 +49,7 @@ def test_weight_statistics_baseline_scores_at_most_03(level: str) -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_answers_vary_and_constant_answers_score_low(level: str) -> None:
-    truths = [cached_instance(FAM, seed, level).truth for seed in range(N_SEEDS)]
+    truths = [inst.truth for inst in cached_instances(FAM, range(N_SEEDS), level)]
     n = truths[0]["n"]
     assert len({str(t) for t in truths}) == N_SEEDS
     every = list(range(n))

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from baselines import best_mean, constant_candidates, weight_stat_answers
-from helpers import SET_FAMILIES, answer_kind, cached_instance
+from helpers import SET_FAMILIES, answer_kind, cached_instances
 from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, get_family
 
@@ -34,7 +34,7 @@ def as_answer(item):
 @pytest.mark.parametrize("level", LEVELS)
 def test_no_answer_dominates_and_constants_score_low(task_id: str, level: str) -> None:
     fam = get_family(task_id)
-    truths = [cached_instance(task_id, seed, level).truth for seed in range(N_SEEDS)]
+    truths = [inst.truth for inst in cached_instances(task_id, range(N_SEEDS), level)]
     answers = Counter(json.dumps(sorted(items_of(t))) for t in truths)
     share = answers.most_common(1)[0][1] / N_SEEDS
     assert share <= 0.10, f"one answer is correct for {share:.0%} of seeds"
@@ -60,8 +60,7 @@ def test_weight_statistics_baseline_scores_at_most_03(task_id: str, level: str) 
         pytest.skip("easy/medium dead inputs are defined as exactly-zero weights (a weight property)")
     fam = get_family(task_id)
     rows: list[list[float]] | None = None
-    for seed in range(N_STAT_SEEDS):
-        inst = cached_instance(task_id, seed, level)
+    for inst in cached_instances(task_id, range(N_STAT_SEEDS), level):
         k = len(items_of(inst.truth))  # generous: the baseline is told the answer size
         scores = [fam.grade(a, inst.truth).score for a in weight_stat_answers(inst, k)]
         rows = [[s] for s in scores] if rows is None else [[*r, s] for r, s in zip(rows, scores, strict=True)]
