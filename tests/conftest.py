@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import FAMILY_IDS, INSTANCE_CACHE_ENV, shared_pool
 from mechsandbox.tasks import LEVELS, Family, get_family
 
@@ -54,6 +55,11 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = tempfile.mkdtemp(prefix="mechsandbox-instances-")
         os.environ[INSTANCE_CACHE_ENV] = folder  # inherited by the xdist workers started after this
         config._instance_cache_dir = folder  # type: ignore[attr-defined]
+    if not _is_controller(config):
+        # One intra-op thread per xdist worker: the workers already use every core, and the models
+        # are small, so more threads only add synchronisation (artifacts must not depend on it:
+        # gen-art --check compares their bytes with the manifest).
+        torch.set_num_threads(1)
     config._file_seconds = defaultdict(float)  # type: ignore[attr-defined]
     config._run_started = time.monotonic()  # type: ignore[attr-defined]
     _CONFIG["config"] = config
