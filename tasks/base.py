@@ -8,6 +8,8 @@ parts, so the server can hand ``public_namespace()`` to a sandbox worker and kee
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +84,7 @@ class Family:
         so ``grade(answer, truth)`` stays a pure function of its arguments."""
         if not self.grades_with_model:
             return safe_grade(self.grade_fn, answer, truth)
-        inst = instance if instance is not None else self.generate(truth["seed"], truth["level"])
+        inst = instance if instance is not None else _regenerated(self, truth["seed"], truth["level"])
         return safe_grade(lambda a, t: self.grade_fn(a, t, inst), answer, truth)
 
     def card(self) -> dict[str, Any]:
@@ -100,3 +102,27 @@ class Family:
             "family_version": self.family_version,
             "description": self.description,
         }
+
+
+_REGENERATED: OrderedDict[tuple[str, str, int, str], Instance] = OrderedDict()
+_REGENERATED_LOCK = threading.Lock()
+
+
+def _regenerated(family: Family, seed: int, level: str) -> Instance:
+    """The instance a model-measuring grader needs, regenerated from the truth's seed and level.
+
+    Why cached: a caller without the instance (the eval harness, notebooks, property tests that grade
+    hundreds of answers against one truth) would otherwise regenerate it on every call (causal-subspace
+    takes about 0.1-0.3 s). A few recent instances are kept; graders only read the model.
+    """
+    key = (family.id, family.family_version, seed, level)
+    with _REGENERATED_LOCK:
+        if key in _REGENERATED:
+            _REGENERATED.move_to_end(key)
+            return _REGENERATED[key]
+    inst = family.generate(seed, level)
+    with _REGENERATED_LOCK:
+        _REGENERATED[key] = inst
+        while len(_REGENERATED) > 4:
+            _REGENERATED.popitem(last=False)
+    return inst
