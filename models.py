@@ -14,9 +14,9 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from .jsonvalue import AnswerError, check_json_value
+from .protocol import ACTION_FIELDS
 
 MAX_CODE_BYTES = 64 * 1024
-ACTION_FIELDS = ("python_code", "solution_target", "solution_from")
 
 
 def _invalid(message: str) -> PydanticCustomError:
@@ -59,9 +59,7 @@ class MechSandboxAction(Action):
     def _exactly_one(self) -> MechSandboxAction:
         given = [name for name in ACTION_FIELDS if getattr(self, name) is not None]
         if len(given) != 1:
-            raise _invalid(
-                f"an action needs exactly one of python_code, solution_target, solution_from (got {len(given)})"
-            )
+            raise _invalid(f"an action needs exactly one of {', '.join(ACTION_FIELDS)} (got {len(given)})")
         return self
 
 

@@ -21,13 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsonvalue import AnswerError, check_json_value
+from ..protocol import ACTION_FIELDS, FLOOR, clamp
 from ..tasks import Family, Instance
-from ..tasks.grading import clamp
 from .sandbox import SandboxSession
 from .splits import InstanceRef
-
-FLOOR = 0.01
-ACTION_FIELDS = ("python_code", "solution_target", "solution_from")
 
 
 class EpisodeError(Exception):

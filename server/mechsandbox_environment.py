@@ -17,6 +17,7 @@ from openenv.core.env_server.types import EnvironmentMetadata
 
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from ..protocol import ACTION_FIELDS
 from ..tasks import LEVELS, families
 from .episode import Episode
 from .service import Service
@@ -59,7 +60,7 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         if self.episode is None:
             raise RuntimeError("call reset before step")
         self.service.check_rate(self.episode)
-        payload = action.model_dump(include={"python_code", "solution_target", "solution_from"})
+        payload = action.model_dump(include=set(ACTION_FIELDS))
         return MechSandboxObservation(**self.episode.step(payload))
 
     @property

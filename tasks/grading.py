@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-FLOOR, CEIL = 0.01, 0.99
+from ..protocol import FLOOR, clamp
+
 MAX_ITEMS = 4096
 
 
@@ -30,13 +31,6 @@ class Grade:
 
 class Rejection(ValueError):
     """A malformed answer; the message is one line that says what to send instead."""
-
-
-def clamp(x: float) -> float:
-    """Map a raw score into [0.01, 0.99] (NaN becomes the floor)."""
-    if not isinstance(x, (int, float)) or math.isnan(x):
-        return FLOOR
-    return float(min(CEIL, max(FLOOR, x)))
 
 
 def jaccard(answer: set, truth: set) -> float:
