@@ -42,7 +42,7 @@ class Instance:
     def public_namespace(self) -> dict[str, Any]:
         """What a snippet sees besides the library facades: the model, the probe data and, for the
         hooked transformers, TransformerLens' ``utils`` subset."""
-        from .hooked import HookedTransformer, utils
+        from ..arch import HookedTransformer, utils
 
         extra = {"utils": utils} if isinstance(self.model, HookedTransformer) else {}
         return {"model": self.model, **self.probe, **extra}

@@ -10,9 +10,8 @@ from typing import Any
 
 from safetensors.torch import save
 
-from ...export import public_tensors
+from ...arch import describe, public_tensors
 from ...tasks import Instance
-from ...tasks.architecture import describe
 
 
 @dataclass(frozen=True)
@@ -22,5 +21,5 @@ class ModelPayload:
 
     @classmethod
     def from_instance(cls, inst: Instance) -> ModelPayload:
-        tensors, other = public_tensors(inst)
+        tensors, other = public_tensors(inst.model, inst.probe)
         return cls({"arch": describe(inst.model), "probe": other}, save(tensors))

@@ -20,8 +20,7 @@ from typing import Any
 
 import safetensors.torch
 
-from ...tasks.architecture import build
-from ...tasks.hooked import HookedTransformer, utils
+from ...arch import HookedTransformer, build, utils
 from .facade import Facade, make_import
 from .policy import (
     SNIPPET_FILENAME,

@@ -62,7 +62,7 @@ def warm_up_payloads() -> list[tuple[dict[str, Any], bytes]]:
     import torch
     from safetensors.torch import save
 
-    from ...tasks.architecture import build
+    from ...arch import build
 
     payloads = []
     for arch in TINY_ARCHITECTURES:

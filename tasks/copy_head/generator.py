@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...arch import HookedConfig
 from ..base import Instance
 from ..circuits import (
     Layout,
@@ -23,7 +24,6 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
-from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
