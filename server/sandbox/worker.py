@@ -1,9 +1,9 @@
 """The worker loop: harden, announce the isolation report, then serve frames until the pipe closes.
 
-A worker is forked from the zygote, so torch, numpy, the facades and every model class are already
-in memory (copy-on-write) and spawning costs milliseconds. It holds one session's namespace. It
-never writes to fds 1 and 2 (both are /dev/null) and it exits with ``os._exit`` so that nothing
-inherited from the zygote (atexit handlers, buffered files) runs.
+A worker is forked from the zygote, so torch, numpy, the facades and the public model classes
+(``mechsandbox.arch``) are already in memory (copy-on-write) and spawning costs milliseconds. It
+holds one session's namespace. It never writes to fds 1 and 2 (both are /dev/null) and it exits with
+``os._exit`` so that nothing inherited from the zygote (atexit handlers, buffered files) runs.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ from typing import Any
 from .facade import Facade
 from .frames import recv_frame, send_frame
 from .hardening import HardeningConfig, harden
+from .payload import ModelPayload
 from .runtime import Runtime
-from .zygote import warm_up
+from .warmup import warm_up
 
 MAX_REQUEST_JSON = 1024 * 1024
 MAX_MODEL_BYTES = 512 * 1024 * 1024
@@ -38,7 +39,7 @@ def serve(
     parent: int,
     facades: dict[str, Facade],
     limits: dict[str, Any],
-    warm_up_payloads: list[tuple[dict[str, Any], bytes]] | None = None,
+    warm_up_payloads: list[ModelPayload] | None = None,
 ) -> None:
     """Never returns: hardens this process, then answers requests until EOF."""
     try:
