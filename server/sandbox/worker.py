@@ -63,7 +63,10 @@ def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[
             return {"error": "python_code must be a string"}
         return runtime.run(code, soft_timeout=message.get("soft_timeout"))
     if op == "load":
-        runtime.load(message, blob)
+        try:
+            runtime.load(message, blob)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a malformed record or state dict
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         return {"ok": True}
     if op == "solution":
         return runtime.solution(message.get("name"))
