@@ -14,7 +14,7 @@ import socket
 from typing import Any
 
 from .facade import Facade
-from .frames import recv_frame, send_frame
+from .frames import MAX_REPLY, recv_frame, send_frame
 from .hardening import HardeningConfig, harden
 from .payload import ModelPayload
 from .runtime import Runtime
@@ -22,7 +22,6 @@ from .warmup import warm_up
 
 MAX_REQUEST_JSON = 1024 * 1024
 MAX_MODEL_BYTES = 512 * 1024 * 1024
-MAX_REPLY = 1024 * 1024
 
 
 def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -46,7 +45,7 @@ def serve(
         report = harden(cfg, slot, sock.fileno(), parent)
         runtime = Runtime(facades, output_cap=limits["output_cap"], error_cap=limits["error_cap"])
         warm_up(facades, warm_up_payloads or [], None)  # pre-fault a first load while waiting in the pool
-        send_frame(sock, {"isolation": report, "pid": os.getpid()})
+        send_frame(sock, {"isolation": report})
         while True:
             message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
             _reply(sock, handle(runtime, message, blob, limits))
@@ -70,8 +69,6 @@ def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[
         return {"ok": True}
     if op == "solution":
         return runtime.solution(message.get("name"))
-    if op == "ping":
-        return {"ok": True}
     if op == "unrestricted" and limits.get("test_unrestricted"):
         return _unrestricted(message.get("code", ""))
     return {"error": f"unknown operation {op!r}"}

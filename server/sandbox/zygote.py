@@ -58,11 +58,7 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     gc.collect()
     gc.freeze()
-    control.send(
-        json.dumps(
-            {"ready": True, "pid": os.getpid(), "baseline_vm": baseline, "address_space": cfg.address_space}
-        ).encode()
-    )
+    control.send(json.dumps({"ready": True, "pid": os.getpid(), "address_space": cfg.address_space}).encode())
     while True:
         try:
             request = control.recv(65536)
