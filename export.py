@@ -3,7 +3,9 @@
 Why: users and CI need a fixed, inspectable set of instances whose bytes prove determinism
 (docs/CONTRACT.md, "Determinism and versions"). ``write`` generates them; ``check`` regenerates in
 memory and compares bytes with the manifest and the files on disk. Ground truth is never written
-here, and nothing is ever loaded with pickle (safetensors and JSON only).
+here, and nothing is ever loaded with pickle (safetensors and JSON only). The tensor naming
+(``model.*``, ``probe.*``) is the one sandbox payloads use too, so it lives in the model layer
+(``arch/tensors.py``), which both import.
 """
 
 from __future__ import annotations
@@ -14,46 +16,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors.torch import save
 
 from . import BENCHMARK_VERSION
+from .arch import json_safe, public_tensors
 from .tasks import LEVELS, Instance, families
 
 CANONICAL_SEEDS = (0, 1)
 DEFAULT_DIR = Path(__file__).resolve().parent / "artifacts"
 
 
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, tuple):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    return value
-
-
-def public_tensors(inst: Instance) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """The instance's public tensors (``model.*`` weights, ``probe.*`` inputs) and its JSON probe values."""
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in inst.model.state_dict().items()}
-    other: dict[str, Any] = {}
-    for key, value in inst.probe.items():
-        if isinstance(value, torch.Tensor):
-            tensors[f"probe.{key}"] = value.detach().contiguous()
-        else:
-            other[key] = _json_safe(value)
-    return tensors, other
-
-
 def instance_files(inst: Instance) -> dict[str, bytes]:
     """The two files of one instance, as bytes: weights+probe tensors, and the public config."""
-    tensors, other = public_tensors(inst)
+    tensors, other = public_tensors(inst.model, inst.probe)
     stem = f"{inst.task_id}/{inst.level}/seed{inst.seed}"
     config = {
         "task_id": inst.task_id,
         "level": inst.level,
         "seed": inst.seed,
         "family_version": inst.family_version,
-        "config": _json_safe(inst.config),
+        "config": json_safe(inst.config),
         "probe": other,
         "prompt": inst.prompt,
         "answer_schema": inst.answer_schema,

@@ -16,6 +16,7 @@ from typing import Any
 
 from torch import nn
 
+from ..arch import helper_namespace, helpers_for
 from .grading import Grade, safe_grade
 
 LEVELS = ("easy", "medium", "hard")
@@ -42,12 +43,9 @@ class Instance:
     truth: dict[str, Any]
 
     def public_namespace(self) -> dict[str, Any]:
-        """What a snippet sees besides the library facades: the model, the probe data and, for the
-        hooked transformers, TransformerLens' ``utils`` subset."""
-        from .hooked import HookedTransformer, utils
-
-        extra = {"utils": utils} if isinstance(self.model, HookedTransformer) else {}
-        return {"model": self.model, **self.probe, **extra}
+        """What a snippet sees besides the library facades: the model, the probe data and the
+        architecture's helper objects (TransformerLens' ``utils`` subset for the hooked transformers)."""
+        return {"model": self.model, **self.probe, **helper_namespace(helpers_for(self.model))}
 
 
 @dataclass(frozen=True)

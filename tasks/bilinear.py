@@ -1,11 +1,12 @@
-"""The gated (bilinear) MLP shared by multiplication-neuron and additive-bypass.
+"""Planting the gated (bilinear) MLP shared by multiplication-neuron and additive-bypass.
 
 Each hidden unit computes h_j(x) = (l_j . x + p_j) * (r_j . x + q_j), a bilinear "GLU without the
 nonlinearity", so one unit can be an exact product x_a * x_b, a square, a linear pass-through
 (r_j = 0, q_j != 0) or a mixture of these. Every unit gets a planted job drawn from the same
 catalogue with the same scales, so weight norms and sparsity do not single out the answer; medium
 and hard add dense noise to every weight. A family plants its truth unit and its confusable
-distractors; this module fills the rest, shuffles, checks the separation margin and builds the model.
+distractors; this module fills the rest, shuffles, checks the separation margin and builds the model
+(the class itself, :class:`mechsandbox.arch.GatedMLP`, lives in the public model layer).
 """
 
 from __future__ import annotations
@@ -15,27 +16,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
+from ..arch import GatedMLP
 from .rng import Stream, quantise
 
 LO, HI = -1.0, 1.0
 SIZES = {"easy": (8, 32, 4, 0.0), "medium": (10, 40, 5, 0.01), "hard": (12, 48, 6, 0.015)}  # n_in, d, n_out, noise
 N_PROBE = 512
-
-
-class GatedMLP(nn.Module):
-    """y = out((left(x) * right(x))); ``hidden`` is an identity hook point on the product."""
-
-    def __init__(self, n_in: int, d_hidden: int, n_out: int):
-        super().__init__()
-        self.left = nn.Linear(n_in, d_hidden)
-        self.right = nn.Linear(n_in, d_hidden)
-        self.hidden = nn.Identity()
-        self.out = nn.Linear(d_hidden, n_out)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(self.hidden(self.left(x) * self.right(x)))
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Hand-planting circuits into a :class:`~.hooked.HookedTransformer`.
+"""Hand-planting circuits into a :class:`~mechsandbox.arch.HookedTransformer`.
 
 Why: the transformer families plant heads with exact jobs (copy a marked token, attend to the
 previous position, compose across layers). Writing them in a readable, unrotated basis -- named
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from ..answer_kind import AnswerKind
+from ..arch import HookedConfig, HookedTransformer
 from .base import Instance
-from .hooked import HookedConfig, HookedTransformer
 from .rng import Stream, quantise
 
 

@@ -1,6 +1,6 @@
 """What multiplication-neuron and additive-bypass share beyond the model: prompt, instance, grader.
 
-Both ask for the one hidden unit of a :class:`~.bilinear.GatedMLP` that computes a stated function of
+Both ask for the one hidden unit of a :class:`~mechsandbox.arch.GatedMLP` that computes a stated function of
 the inputs; they differ in the function (a product or a pass-through), in their distractors and in
 their seed stream (so one instance never answers the other).
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..answer_kind import AnswerKind
+from ..arch import GatedMLP
 from . import bilinear
 from .base import Instance
 from .grading import Grade, grade_index_set, parse_indices
@@ -37,7 +38,7 @@ def make_instance(
     seed: int,
     level: str,
     question: str,
-    model: bilinear.GatedMLP,
+    model: GatedMLP,
     unit: int,
     x: Any,
     target: Any,

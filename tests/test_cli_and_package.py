@@ -140,7 +140,7 @@ def test_wheel_installs_one_namespace(tmp_path: Path) -> None:
     assert tops == {"mechsandbox"}
     for module in (
         "mechsandbox/tasks/copy_head/generator.py",
-        "mechsandbox/tasks/hooked.py",
+        "mechsandbox/arch/hooked.py",
         "mechsandbox/cli.py",
         "mechsandbox/server/__init__.py",
     ):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import cached_instance
-from mechsandbox.tasks.hooked import ActivationCache, HookedConfig, HookedTransformer, get_act_name, utils
+from mechsandbox.arch.hooked import ActivationCache, HookedConfig, HookedTransformer, get_act_name, utils
 
 
 @pytest.fixture(scope="module")

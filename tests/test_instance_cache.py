@@ -33,4 +33,4 @@ def test_payload_carries_no_truth_or_seed() -> None:
     item = InstanceCache().get("induction-circuit", 7, "medium")
     header = repr(item.payload.header)
     assert "truth" not in header and "seed" not in header
-    assert set(item.payload.header) == {"arch", "probe"}
+    assert set(item.payload.header) == {"arch", "probe", "helpers"}

@@ -14,6 +14,9 @@ import struct
 from typing import Any
 
 HEADER = struct.Struct(">II")
+# The largest reply a worker sends (JSON bytes): the worker turns a larger result into an error message,
+# and the server refuses a larger frame. One constant, so the two sides cannot drift apart.
+MAX_REPLY = 1024 * 1024
 
 
 class FrameError(Exception):

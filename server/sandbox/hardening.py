@@ -23,7 +23,6 @@ from . import landlock, seccomp
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
-LAYERS = ("rlimits", "uid", "landlock", "seccomp")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 

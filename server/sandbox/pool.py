@@ -1,4 +1,4 @@
-"""Server side of the sandbox: the zygote, the warm worker pool, per-session handles, the watchdog.
+"""Server side of the sandbox: the zygote process, the warm worker pool, per-session handles, the watchdog.
 
 Why this shape (measurements in ../shared/research/sandbox.md §4): forking a preloaded zygote costs
 about 20 ms, so a small pool of pre-forked, pre-hardened, model-less workers makes a reset cost
@@ -26,14 +26,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...jsonvalue import AnswerError, check_json_value
-from .frames import FrameError, recv_frame, send_frame
+from .frames import MAX_REPLY, FrameError, recv_frame, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
 
 log = logging.getLogger("mechsandbox.sandbox")
 
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL")
-MAX_REPLY = 1024 * 1024 + 4096
 ZYGOTE_START_TIMEOUT = 120.0
 
 
@@ -74,7 +73,6 @@ class Worker:
         self.pid, self.sock, self.slot = pid, sock, slot
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
-        self.lock = threading.Lock()
 
     @property
     def alive(self) -> bool:
@@ -108,8 +106,9 @@ class Worker:
             self.sock.close()
 
 
-class Zygote:
-    """The preloaded parent of every worker, started with fork+exec and a scrubbed environment."""
+class ZygoteProcess:
+    """The server's handle on the zygote (``zygote.py``, run in a child interpreter): the preloaded parent
+    of every worker, started with fork+exec and a scrubbed environment."""
 
     def __init__(self, settings: SandboxSettings, workdir: str):
         self.settings = settings
@@ -211,7 +210,7 @@ class SandboxPool:
         self.settings = settings or SandboxSettings.from_env()
         self.workdir = tempfile.mkdtemp(prefix="mechsandbox-empty-")
         os.chmod(self.workdir, 0o555)
-        self.zygote: Zygote | None = None
+        self.zygote: ZygoteProcess | None = None
         self.warm: deque[Worker] = deque()
         self.workers: dict[int, Worker] = {}
         self.free_slots = list(range(self.settings.max_workers))
@@ -226,7 +225,7 @@ class SandboxPool:
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> SandboxPool:
-        self.zygote = Zygote(self.settings, self.workdir)
+        self.zygote = ZygoteProcess(self.settings, self.workdir)
         first = self._spawn()
         self.isolation = dict(first.isolation)
         missing = [layer for layer in self.settings.require if self.isolation.get(layer) != "active"]
@@ -319,7 +318,7 @@ class SandboxPool:
             self.warm.clear()
         self.zygote.stop()
         try:
-            self.zygote = Zygote(self.settings, self.workdir)
+            self.zygote = ZygoteProcess(self.settings, self.workdir)
             self.zygote_restarts += 1
         except SandboxUnavailable as exc:
             log.error("sandbox zygote restart failed: %s", exc)

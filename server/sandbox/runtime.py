@@ -20,8 +20,7 @@ from typing import Any
 
 import safetensors.torch
 
-from ...tasks.architecture import build
-from ...tasks.hooked import HookedTransformer, utils
+from ...arch import build, helper_namespace, split_public_tensors
 from .facade import Facade, make_import
 from .policy import (
     SNIPPET_FILENAME,
@@ -85,17 +84,16 @@ class Runtime:
         }
 
     def load(self, header: dict[str, Any], blob: bytes) -> None:
-        """Build the public model and probe from an architecture record and safetensors bytes."""
-        tensors = safetensors.torch.load(blob)
+        """Build the public model and probe from an architecture record and safetensors bytes.
+
+        The helper objects named in the header come from ``arch.HELPERS`` only (an unknown name is an
+        error), so a payload can add ``utils`` to the namespace but never an arbitrary object."""
+        state, probe = split_public_tensors(safetensors.torch.load(blob))
+        helpers = helper_namespace(header.get("helpers", []))
         model = build(header["arch"])
-        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        model.load_state_dict(state)
         model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
-        namespace: dict[str, Any] = {"model": model}
-        namespace.update({k[6:]: v for k, v in tensors.items() if k.startswith("probe.")})
-        namespace.update(header.get("probe", {}))
-        if isinstance(model, HookedTransformer):
-            namespace["utils"] = utils
-        self.install(namespace)
+        self.install({"model": model, **probe, **header.get("probe", {}), **helpers})
 
     def install(self, namespace: dict[str, Any]) -> None:
         self.globals = make_globals({**self.base_namespace(), **namespace}, lambda: self.buffer, self.import_hook)

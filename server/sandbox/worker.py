@@ -1,9 +1,9 @@
 """The worker loop: harden, announce the isolation report, then serve frames until the pipe closes.
 
-A worker is forked from the zygote, so torch, numpy, the facades and every model class are already
-in memory (copy-on-write) and spawning costs milliseconds. It holds one session's namespace. It
-never writes to fds 1 and 2 (both are /dev/null) and it exits with ``os._exit`` so that nothing
-inherited from the zygote (atexit handlers, buffered files) runs.
+A worker is forked from the zygote, so torch, numpy, the facades and the public model classes
+(``mechsandbox.arch``) are already in memory (copy-on-write) and spawning costs milliseconds. It
+holds one session's namespace. It never writes to fds 1 and 2 (both are /dev/null) and it exits with
+``os._exit`` so that nothing inherited from the zygote (atexit handlers, buffered files) runs.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import socket
 from typing import Any
 
 from .facade import Facade
-from .frames import recv_frame, send_frame
+from .frames import MAX_REPLY, recv_frame, send_frame
 from .hardening import HardeningConfig, harden
+from .payload import ModelPayload
 from .runtime import Runtime
-from .zygote import warm_up
+from .warmup import warm_up
 
 MAX_REQUEST_JSON = 1024 * 1024
 MAX_MODEL_BYTES = 512 * 1024 * 1024
-MAX_REPLY = 1024 * 1024
 
 
 def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -38,14 +38,14 @@ def serve(
     parent: int,
     facades: dict[str, Facade],
     limits: dict[str, Any],
-    warm_up_payloads: list[tuple[dict[str, Any], bytes]] | None = None,
+    warm_up_payloads: list[ModelPayload] | None = None,
 ) -> None:
     """Never returns: hardens this process, then answers requests until EOF."""
     try:
         report = harden(cfg, slot, sock.fileno(), parent)
         runtime = Runtime(facades, output_cap=limits["output_cap"], error_cap=limits["error_cap"])
         warm_up(facades, warm_up_payloads or [], None)  # pre-fault a first load while waiting in the pool
-        send_frame(sock, {"isolation": report, "pid": os.getpid()})
+        send_frame(sock, {"isolation": report})
         while True:
             message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
             _reply(sock, handle(runtime, message, blob, limits))
@@ -62,12 +62,13 @@ def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[
             return {"error": "python_code must be a string"}
         return runtime.run(code, soft_timeout=message.get("soft_timeout"))
     if op == "load":
-        runtime.load(message, blob)
+        try:
+            runtime.load(message, blob)
+        except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a malformed record or state dict
+            return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         return {"ok": True}
     if op == "solution":
         return runtime.solution(message.get("name"))
-    if op == "ping":
-        return {"ok": True}
     if op == "unrestricted" and limits.get("test_unrestricted"):
         return _unrestricted(message.get("code", ""))
     return {"error": f"unknown operation {op!r}"}

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...answer_kind import AnswerKind
+from ...arch import SubspaceMLP
 from ..base import Instance
 from ..rng import Stream, quantise
 from . import prompt
@@ -37,24 +37,6 @@ LEVELS = {  # inputs, hidden d, k, distractor dims, unread dims, noise (d and k 
     "hard": (14, 16, 3, 4, 6, 0.01),
 }
 N_PROBE, N_PAIRS, GAIN = 256, 512, 2.0
-
-
-class SubspaceMLP(nn.Module):
-    """logits = out(relu(mlp_in(hidden(enc(x))))); ``hidden`` is an identity hook point on h."""
-
-    def __init__(self, n_in: int, d_hidden: int, d_mlp: int, n_classes: int):
-        super().__init__()
-        self.enc = nn.Linear(n_in, d_hidden)
-        self.hidden = nn.Identity()
-        self.mlp_in = nn.Linear(d_hidden, d_mlp)
-        self.out = nn.Linear(d_mlp, n_classes)
-
-    def head(self, h: torch.Tensor) -> torch.Tensor:
-        """The part after the hidden layer: logits from hidden states h [batch, d_hidden]."""
-        return self.out(torch.relu(self.mlp_in(h)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.hidden(self.enc(x)))
 
 
 def answer_schema(level: str) -> dict:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
 from ..circuits import (
     Layout,
@@ -28,7 +29,6 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
-from ..hooked import HookedConfig, HookedTransformer
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt

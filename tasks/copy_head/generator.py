@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...answer_kind import AnswerKind
+from ...arch import HookedConfig
 from ..base import Instance
 from ..circuits import (
     Layout,
@@ -24,7 +25,6 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
-from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt

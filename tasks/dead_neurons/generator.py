@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ...answer_kind import AnswerKind
+from ...arch import relu_mlp
 from ..base import Instance
 from ..rng import Stream, quantise
 from ..schemas import index_schema
@@ -43,7 +44,7 @@ def answer_schema(level: str) -> dict:
 
 
 def _mlp(w1: np.ndarray, b1: np.ndarray, w2: np.ndarray, b2: np.ndarray) -> nn.Sequential:
-    model = nn.Sequential(nn.Linear(w1.shape[1], w1.shape[0]), nn.ReLU(), nn.Linear(w2.shape[1], w2.shape[0]))
+    model = relu_mlp(w1.shape[1], w1.shape[0], w2.shape[0])
     with torch.no_grad():
         for layer, w, b in ((model[0], w1, b1), (model[2], w2, b2)):
             layer.weight.copy_(torch.from_numpy(quantise(w)))

@@ -26,9 +26,9 @@ from __future__ import annotations
 import torch
 
 from ...answer_kind import AnswerKind
+from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
 from ..circuits import Layout, Planter, attend_offset, copy_tokens, distractor_job
-from ..hooked import HookedConfig, HookedTransformer
 from ..rng import Stream
 from . import prompt
 

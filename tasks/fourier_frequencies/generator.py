@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...answer_kind import AnswerKind
+from ...arch import EmbedMLP
 from ..base import Instance
 from ..rng import Stream, quantise
 from ..schemas import frequency_schema
@@ -28,21 +28,6 @@ LEVELS = {  # primes, keys (lo, hi), distractors (lo, hi), distractor amplitude 
     "hard": ((89, 97, 101, 103, 107, 109, 113), (3, 5), (3, 6), (0.35, 0.44), 0.06),
 }
 D_MODEL, D_MLP = 64, 128
-
-
-class EmbedMLP(nn.Module):
-    """logits(a, b) = unembed(mlp(embed(a) + embed(b))): a modular-arithmetic-shaped network."""
-
-    def __init__(self, p: int, d_model: int, d_mlp: int):
-        super().__init__()
-        self.embed = nn.Embedding(p, d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, d_mlp), nn.ReLU(), nn.Linear(d_mlp, d_model))
-        self.unembed = nn.Linear(d_model, p, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [batch, 2] integer pairs (a, b) -> logits [batch, p]."""
-        resid = self.embed(tokens).sum(dim=-2)
-        return self.unembed(resid + self.mlp(resid))
 
 
 def freq_power(w_e: np.ndarray) -> np.ndarray:

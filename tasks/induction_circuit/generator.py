@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from ...arch import HookedConfig
 from ..base import Instance
 from ..circuits import (
     Layout,
@@ -25,7 +26,6 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
-from ..hooked import HookedConfig
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt

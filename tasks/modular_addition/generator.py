@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...answer_kind import AnswerKind
+from ...arch import ModAddMLP
 from ..base import Instance
-from ..bilinear import GatedMLP
 from ..rng import Stream, quantise
 from ..schemas import frequency_schema
 from . import prompt
@@ -38,20 +37,6 @@ LEVELS = {  # primes, keys (lo, hi), distractors (lo, hi), d_model, d_mlp, noise
 }
 KEY_RULE, OTHER_RULE = 0.4, 0.15  # stated in the prompt
 KEY_MARGIN, OTHER_MARGIN = 0.5, 0.05  # enforced by the generator
-
-
-class ModAddMLP(nn.Module):
-    """logits(a, b) = unembed(mlp([embed(a), embed(b)])): a one-hidden-layer modular adder."""
-
-    def __init__(self, p: int, d_model: int, d_mlp: int):
-        super().__init__()
-        self.embed = nn.Embedding(p, d_model)
-        self.mlp = GatedMLP(2 * d_model, d_mlp, d_model)
-        self.unembed = nn.Linear(d_model, p, bias=False)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens: [batch, 2] integer pairs (a, b) -> logits [batch, p] over c = (a + b) mod p."""
-        return self.unembed(self.mlp(self.embed(tokens).flatten(-2)))
 
 
 def answer_schema(level: str, p: int | None = None) -> dict:

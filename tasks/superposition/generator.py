@@ -21,9 +21,9 @@ import math
 
 import numpy as np
 import torch
-from torch import nn
 
 from ...answer_kind import AnswerKind
+from ...arch import ToySuperposition
 from ..base import Instance
 from ..rng import Stream, quantise
 from . import prompt
@@ -43,19 +43,6 @@ LEVELS = {  # features, hidden dims, groups (lo, hi), shapes, dedicated (lo, hi)
 }  # hidden dims: enough for the largest plan plus spare dimensions, the same for every seed
 REPRESENTED, SHARED = 0.5, 0.2  # the prompt's thresholds
 N_PROBE, DENSITY = 512, 0.05
-
-
-class ToySuperposition(nn.Module):
-    """x' = ReLU(W^T W x + b): n features through m hidden dimensions and back (tied weights)."""
-
-    def __init__(self, n_features: int, d_hidden: int):
-        super().__init__()
-        self.W = nn.Parameter(torch.zeros(d_hidden, n_features))
-        self.b = nn.Parameter(torch.zeros(n_features))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: [batch, n_features] -> reconstruction [batch, n_features]."""
-        return torch.relu((x @ self.W.T) @ self.W + self.b)
 
 
 def answer_schema(level: str) -> dict:

@@ -1,0 +1,46 @@
+"""The public tensors of a model and its probe data, under the names artifacts and payloads share.
+
+Why here: the canonical artifacts (``export.py``) and the sandbox payload (``server/sandbox/
+payload.py``) store the same thing -- ``model.*`` weights and ``probe.*`` inputs in one safetensors
+file, other probe values as JSON -- and the sandbox worker reads it back. Keeping the naming in the
+model layer lets both sides use it without the artifact code depending on the server or the sandbox
+depending on the task framework.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+MODEL_PREFIX = "model."
+PROBE_PREFIX = "probe."
+
+
+def json_safe(value: Any) -> Any:
+    """Tuples become lists, recursively through tuples and dicts (lists are kept as they are)."""
+    if isinstance(value, tuple):
+        return [json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    return value
+
+
+def public_tensors(model: nn.Module, probe: dict[str, Any]) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The model's weights (``model.*``) and the probe's tensors (``probe.*``), and the other probe values."""
+    tensors = {MODEL_PREFIX + k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    other: dict[str, Any] = {}
+    for key, value in probe.items():
+        if isinstance(value, torch.Tensor):
+            tensors[PROBE_PREFIX + key] = value.detach().contiguous()
+        else:
+            other[key] = json_safe(value)
+    return tensors, other
+
+
+def split_public_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """The inverse of :func:`public_tensors` for tensors: (the model's state dict, the probe's tensors)."""
+    state = {k.removeprefix(MODEL_PREFIX): v for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
+    probe = {k.removeprefix(PROBE_PREFIX): v for k, v in tensors.items() if k.startswith(PROBE_PREFIX)}
+    return state, probe
