@@ -7,7 +7,8 @@ Environment variables:
   API_KEY        key for the endpoint (wins when set), else HF_TOKEN
   ENV_URL        a running MechSandbox server; else LOCAL_IMAGE_NAME / IMAGE_NAME (a Docker image, via
                  OpenEnv's docker support); else a local server started here
-  TASKS          comma-separated task ids (default: every family); LEVEL (easy), SPLIT (train), SEED (0)
+  TASKS          comma-separated task ids or aliases, as the server lists them at /tasks (default: every
+                 family); LEVEL (easy), SPLIT (train), SEED (0)
   DEADLINE_S     global deadline shared by the tasks (default 1080 = 18 min); MAX_TURNS per task (12)
 
 stdout carries only:
@@ -15,6 +16,10 @@ stdout carries only:
   [STEP] step=<n> action=<one-line action> reward=<0.00> done=<true|false> error=<msg|null>
   [END] success=<true|false> steps=<n> score=<0.000> rewards=<r1,r2,...>
 Everything else goes to stderr. [END] is printed whatever happens; rewards is never empty.
+
+Why TASKS is resolved by the server's /tasks: this client then imports neither torch nor the task
+families (seconds of start-up, on a machine that never runs a model). Only when no server answers
+does it fall back to the installed package's list.
 """
 
 from __future__ import annotations
@@ -30,8 +35,8 @@ from typing import Any
 from mechsandbox.agents import LLMAgent, play_episode
 from mechsandbox.agents.base import StepLog
 from mechsandbox.agents.llm import client_from_env
+from mechsandbox.catalogue import fetch_catalogue, local_catalogue, select_tasks
 from mechsandbox.client import MechSandboxEnv
-from mechsandbox.evaluation.harness import parse_tasks
 from mechsandbox.evaluation.local_server import LocalServer
 
 ENV_NAME = "mechsandbox"
@@ -85,23 +90,29 @@ def environment(stack: contextlib.ExitStack) -> Any:
         yield client
 
 
+def task_list(spec: str, env: Any) -> list[str]:
+    """The family ids that TASKS names, as the connected server lists them at GET /tasks.
+
+    Without a server to ask (the environment is unavailable, or its /tasks cannot be read), the
+    installed package's families are used; only that path imports ``mechsandbox.tasks`` (and torch).
+    """
+    catalogue = None
+    if env is not None:
+        try:
+            catalogue = fetch_catalogue(env.async_client.base_url)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log(f"could not read the server's task list ({type(exc).__name__}: {one_line(exc)}); using the local one")
+    return select_tasks(spec, local_catalogue() if catalogue is None else catalogue)
+
+
 def main() -> int:
     args = parse_args()
     started = time.monotonic()
     deadline = started + args.deadline
-    try:
-        tasks = parse_tasks(args.tasks)
-    except (KeyError, ValueError) as exc:
-        log(f"bad --tasks/TASKS: {exc}")
-        return 2
     client, model, key_error = client_from_env()
     if key_error:
         log(key_error)
     agent = LLMAgent(client, model)
-    try:  # one LLM call up front: proves the endpoint (and the key) whatever happens to the environment
-        agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
-    except Exception as exc:
-        log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc)}")
 
     with contextlib.ExitStack() as stack:
         env = None
@@ -110,6 +121,15 @@ def main() -> int:
         except Exception as exc:
             env_error = f"environment unavailable: {type(exc).__name__}: {one_line(exc, 200)}"
             log(env_error)
+        try:
+            tasks = task_list(args.tasks, env)
+        except (KeyError, ValueError) as exc:
+            log(f"bad --tasks/TASKS: {exc}")
+            return 2
+        try:  # one LLM call up front: proves the endpoint (and the key) whatever happens to the environment
+            agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
+        except Exception as exc:
+            log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc)}")
         for i, task_id in enumerate(tasks):
             print(f"[START] task={task_id} env={ENV_NAME} model={model}", flush=True)
             steps: list[StepLog] = []

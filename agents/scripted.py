@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..tasks import get_family
 from .base import Agent, Turn
 
 
@@ -17,6 +16,8 @@ class ScriptedAgent(Agent):
     name = "scripted"
 
     def begin(self, obs: dict[str, Any]) -> None:
+        from ..tasks import get_family  # here, not at import: ``mechsandbox.agents`` stays free of torch
+
         super().begin(obs)
         self.snippets = list(get_family(obs["task_id"]).reference)
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from .. import BENCHMARK_VERSION
 from ..agents import Agent, EpisodeRecord, play_episode
+from ..catalogue import local_catalogue, select_tasks
 from ..client import MechSandboxEnv
-from ..tasks import LEVELS, families, get_family
+from ..tasks import LEVELS
 
 
 @dataclass
@@ -43,9 +44,8 @@ class Plan:
 
 
 def parse_tasks(text: str) -> list[str]:
-    if text in ("", "all"):
-        return [f.id for f in families()]
-    return [get_family(t.strip()).id for t in text.split(",") if t.strip()]
+    """``--tasks`` against the installed families (the plan is made before any server is reached)."""
+    return select_tasks(text, local_catalogue())
 
 
 def parse_levels(text: str) -> list[str]:

@@ -1,11 +1,14 @@
-"""The FastAPI app: our stateful routes first, then OpenEnv's (``/ws``, ``/metadata``, ``/schema``,
-``/mcp``, the Task API). Run with ``mechsandbox serve`` or ``python -m mechsandbox.server.app``.
+"""The FastAPI app: our stateful routes, then OpenEnv's (``/ws``, ``/metadata``, ``/schema``, ``/mcp``,
+the Task API). Run with ``mechsandbox serve`` or ``python -m mechsandbox.server.app``.
 
 Why our own ``/reset``, ``/step``, ``/state`` and ``/health``: OpenEnv's HTTP routes build a fresh
 environment per call (so an HTTP episode could never continue), and its ``/health`` is always
 "healthy". Ours keep HTTP episodes in the ``Service`` under a server-issued ``episode_id`` and report
-the sandbox's real state. The first route registered for a path wins, so OpenEnv's same-named routes
-are shadowed. One session cap covers WebSocket and HTTP episodes (``SharedCapServer``).
+the sandbox's real state. OpenEnv registers its own routes for those four paths; ours come first, so
+Starlette never reached OpenEnv's, and ``drop_shadowed_routes`` then removes them from the route
+table, which leaves exactly one operation per path and method, and an OpenAPI document (built from
+``wire.py``'s models) that describes the routes that actually answer. One session cap covers
+WebSocket and HTTP episodes (``SharedCapServer``).
 """
 
 from __future__ import annotations
@@ -15,18 +18,20 @@ import json
 import logging
 import signal
 import time
-from typing import Any
+from collections.abc import Iterable
+from typing import Annotated, Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from openenv.core.env_server.exceptions import SessionCapacityError
 from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.serialization import serialize_observation
 from openenv.core.env_server.types import ConcurrencyConfig
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
@@ -35,6 +40,14 @@ from .limits import RequestLimits
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
 from .service import Service
 from .settings import ServerSettings
+from .wire import (
+    EpisodeResponse,
+    ResetRequest,
+    StepRequest,
+    component_schemas,
+    error_responses,
+    request_body,
+)
 
 log = logging.getLogger("mechsandbox.server")
 
@@ -86,6 +99,54 @@ async def json_body(request: Request) -> Any:
         raise EpisodeError(f"the request body is not valid JSON ({type(exc).__name__})") from None
 
 
+def served_keys(route: BaseRoute) -> set[tuple[str, str]]:
+    """The (path, method) pairs a route answers; a WebSocket route's method is "WEBSOCKET"."""
+    if isinstance(route, Route):
+        return {(route.path, method) for method in route.methods or ()}
+    if isinstance(route, WebSocketRoute):
+        return {(route.path, "WEBSOCKET")}
+    return set()
+
+
+def drop_shadowed_routes(app: FastAPI) -> list[BaseRoute]:
+    """Remove each route whose every (path, method) an earlier route already answers; return them.
+
+    Starlette dispatches a request to the first route that matches it, so such a route was unreachable:
+    removing it changes no answer, only what the route table and the OpenAPI document list.
+    """
+    served: set[tuple[str, str]] = set()
+    kept: list[BaseRoute] = []
+    dropped: list[BaseRoute] = []
+    for route in app.router.routes:
+        keys = served_keys(route)
+        if keys and keys <= served:
+            dropped.append(route)
+            continue
+        served |= keys
+        kept.append(route)
+    app.router.routes[:] = kept
+    return dropped
+
+
+def publish_schemas(app: FastAPI, models: Iterable[type[BaseModel]]) -> None:
+    """Add ``models`` (the bodies our handlers parse themselves) to the app's OpenAPI components.
+
+    FastAPI lists only the models its own parameter parsing uses; ``wire.request_body`` refers to these.
+    """
+    models = tuple(models)
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schemas = generate().setdefault("components", {}).setdefault("schemas", {})
+            for name, schema in component_schemas(*models).items():
+                if schemas.setdefault(name, schema) != schema:
+                    raise RuntimeError(f"two different schemas are named {name!r} in the OpenAPI document")
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def create_app(service: Service | None = None) -> FastAPI:
     service = service or Service()
     settings = service.settings
@@ -104,7 +165,14 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def _request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error(422, validation_message(exc))
 
-    @app.post("/reset", tags=["Episodes"], summary="Start an episode (stateful; body optional)")
+    @app.post(
+        "/reset",
+        tags=["Episodes"],
+        summary="Start an episode (stateful; body optional)",
+        response_model=None,
+        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 413, 422, 429, 503)},
+        openapi_extra=request_body(ResetRequest, required=False),
+    )
     async def reset(request: Request) -> dict[str, Any]:
         params = await json_body(request)
         if not isinstance(params, dict):
@@ -113,7 +181,14 @@ def create_app(service: Service | None = None) -> FastAPI:
         episode = await run_in_threadpool(service.open_episode, params, "http")
         return observation_response(episode.reset_observation())
 
-    @app.post("/step", tags=["Episodes"], summary="Act in an HTTP episode (needs episode_id)")
+    @app.post(
+        "/step",
+        tags=["Episodes"],
+        summary="Act in an HTTP episode (needs episode_id)",
+        response_model=None,
+        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 404, 409, 413, 422, 429)},
+        openapi_extra=request_body(StepRequest, required=True),
+    )
     async def step(request: Request) -> dict[str, Any]:
         body = await json_body(request)
         if not isinstance(body, dict):
@@ -132,11 +207,24 @@ def create_app(service: Service | None = None) -> FastAPI:
         obs = await run_in_threadpool(episode.step, payload)
         return observation_response(obs)
 
-    @app.get("/state", tags=["Episodes"], summary="State of an HTTP episode")
-    async def state(episode_id: str | None = None) -> dict[str, Any]:
+    @app.get(
+        "/state",
+        tags=["Episodes"],
+        summary="State of an HTTP episode",
+        response_model=None,
+        responses={200: {"model": MechSandboxState}, **error_responses(400, 401, 404)},
+    )
+    async def state(
+        episode_id: Annotated[str | None, Query(description="The episode_id returned by /reset")] = None,
+    ) -> dict[str, Any]:
         return service.http_episode(episode_id).state()
 
-    @app.get("/health", tags=["Health"], summary="Health and active isolation layers")
+    @app.get(
+        "/health",
+        tags=["Health"],
+        summary="Health and active isolation layers",
+        responses={503: {"description": "The sandbox is not healthy (the body is the same report)"}},
+    )
     async def health() -> JSONResponse:
         report = service.health()
         return JSONResponse(report, status_code=200 if report["status"] == "healthy" else 503)
@@ -158,6 +246,8 @@ def create_app(service: Service | None = None) -> FastAPI:
     )
     service.ws_count = lambda: server.active_sessions
     server.register_routes(app)
+    drop_shadowed_routes(app)  # OpenEnv's own /reset, /step, /state and /health, behind ours
+    publish_schemas(app, (ResetRequest, StepRequest))
 
     async def _start() -> None:
         started = time.perf_counter()
@@ -196,11 +286,20 @@ def _exit_cleanly(signum: int, frame: Any) -> None:
     raise SystemExit(0)
 
 
+@functools.cache
+def default_app() -> FastAPI:
+    """The app that ``uvicorn mechsandbox.server.app:app`` serves, with settings from the environment.
+
+    Built once per process and then reused, so every access sees the same app, service and test salt.
+    """
+    return create_app()
+
+
 def __getattr__(name: str) -> Any:
-    """``uvicorn mechsandbox.server.app:app`` builds the app on first access (importing stays cheap)."""
+    """``app`` is built on first access (``default_app``), so importing this module starts nothing."""
     if name == "app":
-        return create_app()
-    raise AttributeError(name)
+        return default_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,118 @@
+"""The request and response bodies of the HTTP episode routes (``/reset``, ``/step``, ``/state``) as
+pydantic models, and the pieces that put them into the published OpenAPI document.
+
+Why the handlers do not let FastAPI parse these models: every refusal keeps its status and its
+one-line ``detail`` (bad JSON or a non-object body is a 400, a bad reset field is the 400 that
+``Service.resolve`` words for HTTP and WebSocket alike, a bad action a 422), where FastAPI's body
+validation would answer with its own 422 list. So the handlers keep their parsing, and the models are
+the published contract: ``request_body`` points an operation at one, ``component_schemas`` writes them
+into ``components/schemas``. ``tests/test_api_document.py`` checks that every reset body the model
+accepts, the service accepts too, but for the two checks only the running service can make (that
+``task_id`` names one of its families, and that a test ``index`` is below its ``test_instances``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.json_schema import models_json_schema
+
+from ..models import MechSandboxAction, MechSandboxObservation
+from ..tasks import LEVELS
+from .splits import SPLITS, TRAIN_SEED_LIMIT
+
+REF_PREFIX = "#/components/schemas/"
+
+# Literal[("a", "b")] is Literal["a", "b"]: the allowed values come from the one place that defines them.
+Level = Literal[LEVELS]  # type: ignore[valid-type]
+Split = Literal[SPLITS]  # type: ignore[valid-type]
+
+
+class ResetRequest(BaseModel):
+    """Body of POST /reset (the WebSocket reset takes the same names). Every field is optional: an empty
+    body starts the server's default task."""
+
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra={"examples": [{"task_id": "dead-neurons", "seed": 3}, {}]}
+    )
+
+    # Not an enum of the families: a schema fuzzer would then open an episode of every family, and
+    # generating a transformer family's instance takes seconds. An unknown name is a one-line 400.
+    task_id: str | None = Field(
+        default=None, description="A family id or alias (GET /tasks lists them); default: the server's default task"
+    )
+    seed: int | None = Field(
+        default=None, ge=0, lt=TRAIN_SEED_LIMIT, description="Train split: the instance's seed (random when omitted)"
+    )
+    level: Level | None = Field(default=None, description="Difficulty level (default easy)")
+    task_level: Level | None = Field(default=None, description="Another name for level (level wins when both are set)")
+    split: Split | None = Field(default=None, description="train (default) or test (held-out instances, by index)")
+    index: int = Field(
+        default=0, ge=0, description="Test split: which held-out instance, below GET /tasks test_instances_per_level"
+    )
+    episode_id: str | None = Field(default=None, description="Ignored: the server issues the episode_id")
+
+    @model_validator(mode="after")
+    def _test_split_has_no_seed(self) -> ResetRequest:
+        if self.split == "test" and self.seed is not None:
+            raise ValueError("test instances are chosen by index, not seed")
+        return self
+
+
+class StepRequest(BaseModel):
+    """Body of POST /step: one action in the HTTP episode that /reset opened (other fields are ignored)."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={"examples": [{"action": {"python_code": "print(model)"}, "episode_id": "<from /reset>"}]},
+    )
+
+    action: MechSandboxAction = Field(
+        description="Exactly one of python_code, solution_target, solution_from (metadata is accepted and unused)"
+    )
+    episode_id: str = Field(description="The episode_id returned by /reset")
+
+
+class EpisodeResponse(BaseModel):
+    """What /reset and /step answer: OpenEnv's observation envelope, plus the episode_id."""
+
+    observation: MechSandboxObservation = Field(description="The observation (its reward and done are given beside it)")
+    reward: float | None = Field(description="None after reset; the step's reward after a step")
+    done: bool
+    episode_id: str | None = Field(description="The token /step and /state need")
+
+
+class ErrorDetail(BaseModel):
+    """Every refusal: one line, no traceback."""
+
+    detail: str
+
+
+ERRORS = {
+    400: "Bad request: not JSON, not an object, an invalid reset field, or no episode_id",
+    401: "Missing or wrong bearer token (only when the server has one)",
+    404: "Unknown or expired episode_id",
+    409: "The episode is over",
+    413: "The request body is larger than the server's limit",
+    422: "An invalid action, or JSON nested too deeply",
+    429: "The session cap or the step rate limit was reached",
+    503: "The sandbox is not available right now",
+}
+
+
+def error_responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` entries for these refusals (each with the one-line ``ErrorDetail`` body)."""
+    return {code: {"model": ErrorDetail, "description": ERRORS[code]} for code in codes}
+
+
+def request_body(model: type[BaseModel], required: bool) -> dict[str, Any]:
+    """An ``openapi_extra`` that documents ``model`` as the JSON body of an operation that parses its own."""
+    schema = {"$ref": f"{REF_PREFIX}{model.__name__}"}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": schema}}}}
+
+
+def component_schemas(*models: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schemas of ``models`` and of the models they use, with references into ``components/schemas``."""
+    _, document = models_json_schema([(m, "validation") for m in models], ref_template=REF_PREFIX + "{model}")
+    return document.get("$defs", {})
