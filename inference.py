@@ -38,6 +38,7 @@ from mechsandbox.agents.llm import client_from_env
 from mechsandbox.catalogue import fetch_catalogue, local_catalogue, select_tasks
 from mechsandbox.client import MechSandboxEnv
 from mechsandbox.evaluation.local_server import LocalServer
+from mechsandbox.protocol import clamp, one_line
 
 ENV_NAME = "mechsandbox"
 SUCCESS_THRESHOLD = 0.5
@@ -47,18 +48,9 @@ def log(message: str) -> None:
     print(f"[inference] {message}", file=sys.stderr, flush=True)
 
 
-def one_line(text: Any, cap: int = 300) -> str:
-    flat = " ".join(str(text).split())
-    return flat if len(flat) <= cap else flat[: cap - 3] + "..."
-
-
-def clamp(x: float) -> float:
-    return min(0.99, max(0.01, float(x)))
-
-
 def emit_step(step: StepLog) -> None:
     action = json.dumps(step.action, separators=(",", ":"), ensure_ascii=True) if step.action else "none"
-    error = one_line(step.error) if step.error else "null"
+    error = one_line(step.error, 300) if step.error else "null"
     print(f"[STEP] step={step.step} action={one_line(action, 400)} reward={clamp(step.reward):.2f} "
           f"done={str(step.done).lower()} error={error}", flush=True)  # fmt: skip
 
@@ -101,7 +93,8 @@ def task_list(spec: str, env: Any) -> list[str]:
         try:
             catalogue = fetch_catalogue(env.async_client.base_url)
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            log(f"could not read the server's task list ({type(exc).__name__}: {one_line(exc)}); using the local one")
+            reason = f"{type(exc).__name__}: {one_line(exc, 300)}"
+            log(f"could not read the server's task list ({reason}); using the local one")
     return select_tasks(spec, local_catalogue() if catalogue is None else catalogue)
 
 
@@ -129,7 +122,7 @@ def main() -> int:
         try:  # one LLM call up front: proves the endpoint (and the key) whatever happens to the environment
             agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
         except Exception as exc:
-            log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc)}")
+            log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc, 300)}")
         for i, task_id in enumerate(tasks):
             print(f"[START] task={task_id} env={ENV_NAME} model={model}", flush=True)
             steps: list[StepLog] = []
@@ -150,7 +143,7 @@ def main() -> int:
                                       on_step=on_step)  # fmt: skip
                 score = clamp(record.score)
             except Exception as exc:
-                log(f"{task_id}: {type(exc).__name__}: {one_line(exc)}")
+                log(f"{task_id}: {type(exc).__name__}: {one_line(exc, 300)}")
                 if not steps:
                     failed = StepLog(1, None, 0.01, True, f"{type(exc).__name__}: {one_line(exc, 200)}")
                     steps.append(failed)

@@ -13,6 +13,7 @@ import re
 import time
 from typing import Any
 
+from ..protocol import ACTION_FIELDS
 from .base import Agent, Turn
 
 PROMPT_VERSION = "mechsandbox-llm-v2"  # v2: submitting a sandbox variable (solution_from)
@@ -60,7 +61,6 @@ def build_task_message(obs: dict[str, Any]) -> str:
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.S)
 _JSON_FENCE = re.compile(r"```json[ \t]*\n(.*?)```", re.S)
 _MARKER = re.compile(r"^\s*(FINAL_ANSWER|CANDIDATE)\s*:\s*(.+)$", re.M)
-ACTION_KEYS = ("python_code", "solution_target", "solution_from")
 
 
 def _json_after(text: str) -> Any:
@@ -93,8 +93,8 @@ def parse_reply(reply: str) -> tuple[Turn, Any]:
             obj = json.loads(block)
         except ValueError:
             continue
-        if isinstance(obj, dict) and sum(k in obj for k in ACTION_KEYS) == 1 and set(obj) <= set(ACTION_KEYS):
-            return Turn({k: obj[k] for k in ACTION_KEYS if k in obj}), candidate
+        if isinstance(obj, dict) and sum(k in obj for k in ACTION_FIELDS) == 1 and set(obj) <= set(ACTION_FIELDS):
+            return Turn({k: obj[k] for k in ACTION_FIELDS if k in obj}), candidate
     code = _FENCE.findall(reply)
     if code and code[0].strip():
         return Turn({"python_code": code[0].strip()}), candidate

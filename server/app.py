@@ -35,6 +35,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from ..protocol import one_line
 from .episode import EpisodeError
 from .limits import RequestLimits
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
@@ -64,10 +65,6 @@ class SharedCapServer(HTTPEnvServer):
         if total >= self.service.settings.session_cap:
             raise SessionCapacityError(active_sessions=total, max_sessions=self.service.settings.session_cap)
         return await super()._create_session()
-
-
-def one_line(message: Any) -> str:
-    return " ".join(str(message).split())[:2000]
 
 
 def validation_message(exc: ValidationError | RequestValidationError) -> str:

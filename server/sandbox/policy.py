@@ -1,6 +1,6 @@
 """The language layer: RestrictedPython compilation and the host guards a snippet runs under.
 
-Why each piece exists (measurements in ../shared/research/sandbox.md):
+Why each piece exists (the layer table and its tests: docs/SANDBOX.md):
 - ``SnippetTransformer`` extends RestrictedPython's transformer so that what agents naturally
   write compiles: augmented assignment to items and attributes (``W[:, 3] *= 0``, ``self.n += 1``)
   and ``super().__init__()`` inside a snippet-defined class. Everything else (underscore names,

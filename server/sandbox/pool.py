@@ -1,11 +1,12 @@
 """Server side of the sandbox: the zygote process, the warm worker pool, per-session handles, the watchdog.
 
-Why this shape (measurements in ../shared/research/sandbox.md §4): forking a preloaded zygote costs
-about 20 ms, so a small pool of pre-forked, pre-hardened, model-less workers makes a reset cost
-only the model transfer. The wall-clock limit cannot live inside the worker (a snippet can swallow
-any exception), so the server kills the worker's process group from outside and the session gets a
-fresh worker next time (``namespace_reset``). A watchdog thread polls every worker's private memory
-and kills the largest when the pool exceeds its budget. Nothing here compiles or runs snippet code.
+Why this shape (figures in docs/PERFORMANCE.md, "Sandbox"): forking a preloaded zygote costs
+milliseconds where a fresh interpreter costs seconds, so a small pool of pre-forked, pre-hardened,
+model-less workers makes a reset cost only the model transfer. The wall-clock limit cannot live
+inside the worker (a snippet can swallow any exception), so the server kills the worker's process
+group from outside and the session gets a fresh worker next time (``namespace_reset``). A watchdog
+thread polls every worker's private memory and kills the largest when the pool exceeds its budget.
+Nothing here compiles or runs snippet code.
 """
 
 from __future__ import annotations
