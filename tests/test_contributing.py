@@ -85,3 +85,19 @@ def test_the_documented_family_is_served_and_solved_by_the_scripted_agent(copy_w
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and {r["task_id"] for r in rows} == {"silent-inputs"}
     assert all(r["score"] == 0.99 for r in rows), rows
+
+
+@pytest.mark.parametrize(
+    ("init", "message"),
+    [
+        ("import torch.no_such_module\n", "No module named 'torch.no_such_module'"),
+        ("VALUE = 1  # a package under tasks/ without FAMILY\n", "defines no FAMILY"),
+    ],
+)
+def test_a_family_package_that_fails_is_an_error_never_skipped(tmp_path, init: str, message: str) -> None:
+    package = tmp_path / "mechsandbox"
+    shutil.copytree(ROOT, package, ignore=NOT_COPIED)
+    (package / "tasks" / "broken_family").mkdir()
+    (package / "tasks" / "broken_family" / "__init__.py").write_text(init)
+    done = run({**os.environ, "PYTHONPATH": str(tmp_path)}, "-c", "import mechsandbox.tasks")
+    assert done.returncode != 0 and message in done.stderr, done.stderr[-2000:]
