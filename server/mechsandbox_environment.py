@@ -37,6 +37,7 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         super().__init__()
         self.service = service
         self.episode: Episode | None = None
+        self.ever_reset = False  # a session never reset holds its slot only ``unreset_timeout_s``
 
     def reset(
         self,
@@ -53,6 +54,7 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
                   "index": index, **kwargs}  # fmt: skip
         params = {k: v for k, v in params.items() if v is not None}
         self.close()
+        self.ever_reset = True
         self.episode = self.service.open_episode(params, transport="websocket")
         return MechSandboxObservation(**self.episode.reset_observation())
 
