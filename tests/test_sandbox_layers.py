@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from helpers import cached_instance
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
-from mechsandbox.server.sandbox.facade import Facade, GuardedClass, build_facades, make_import
+from mechsandbox.server.sandbox.facade import Facade, build_facades, make_import
 from mechsandbox.server.sandbox.policy import DENIED_ATTRIBUTES, OutputBuffer, make_builtins
 
 #: Parameter names that mean "an attribute name", "raw memory" or "a memo keyed by addresses".
@@ -123,6 +123,14 @@ def parameter_names(obj: Any) -> set[str]:
     return names
 
 
+def _class_of(obj: Any) -> Any:
+    """The class a facade's ``GuardedClass`` stands for; anything else unchanged."""
+    try:
+        return object.__getattribute__(obj, "_cls")
+    except AttributeError:
+        return obj
+
+
 def reachable_callables() -> Iterator[tuple[str, Any]]:
     """Every callable a snippet can name: facade members (recursively), exposed classes' public attributes
     (what the attribute guard lets through) and the snippet's builtins."""
@@ -139,7 +147,7 @@ def reachable_callables() -> Iterator[tuple[str, Any]]:
             return
         if callable(obj):
             yield path, obj
-        cls = object.__getattribute__(obj, "_cls") if isinstance(obj, GuardedClass) else obj
+        cls = _class_of(obj)
         if top and isinstance(cls, type):
             for name in dir(cls):
                 if name.startswith("_") or name in DENIED_ATTRIBUTES:
