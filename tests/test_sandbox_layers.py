@@ -231,6 +231,7 @@ CLASS_ATTACKS = [
     ),
     ("ndarray-foreign-buffer", "print(np.ndarray(shape=(4,), buffer=b'abcdefgh' * 4, dtype=np.uint8))", r"refused"),
     ("ndarray-strides", "print(np.ndarray((4,), np.float64, strides=(-8,)))", r"refused"),
+    ("ndarray-subclass", "class A(np.ndarray):\n    pass\nA((4,), np.float64, b'x' * 64, -8)", r"subclassing"),
     ("np-frombuffer", "print(np.frombuffer(b'abcdefgh', offset=-8))", r"frombuffer is refused"),
     ("getfield", "print(np.zeros(2).getfield(np.int64, 8))", r"'getfield' is refused"),
     (

@@ -166,6 +166,10 @@ class GuardedClass:
     def __instancecheck__(self, obj: Any) -> bool:
         return isinstance(obj, self._cls)
 
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        # A snippet subclass would inherit the unchecked constructor, so there is none.
+        raise TypeError(f"subclassing {self._cls.__module__}.{self._cls.__name__} is not available in the sandbox")
+
     def __subclasscheck__(self, cls: Any) -> bool:
         return issubclass(cls, self._cls)
 
