@@ -120,9 +120,8 @@ def check_reply(op: str, reply: dict[str, Any], settings: SandboxSettings) -> di
 class Worker:
     """One sandboxed worker process, as the server sees it: a pid and a framed socket."""
 
-    def __init__(self, pid: int, sock: socket.socket, slot: int, settings: SandboxSettings | None = None):
+    def __init__(self, pid: int, sock: socket.socket, slot: int):
         self.pid, self.sock, self.slot = pid, sock, slot
-        self.settings = settings or SandboxSettings()
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
         self.seq = 0
@@ -136,7 +135,9 @@ class Worker:
         hello, _ = recv_frame(self.sock, MAX_REPLY)
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
 
-    def request(self, message: dict[str, Any], timeout: float, blob: bytes = b"") -> dict[str, Any]:
+    def request(
+        self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes = b""
+    ) -> dict[str, Any]:
         """Send one numbered request and return its validated reply; any doubt about the reply loses the worker."""
         if not self.alive:
             raise WorkerLost(self.dead_reason or "the worker is gone")
@@ -149,7 +150,7 @@ class Worker:
             reply, _, seq = recv_numbered(self.sock, MAX_REPLY)
             if seq != self.seq:
                 raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
-            return check_reply(str(message.get("op")), reply, self.settings)
+            return check_reply(str(message.get("op")), reply, settings)
         except TimeoutError:
             self.kill(f"the snippet ran longer than the {timeout:g} s wall-clock limit")
         except (InvalidReply, MalformedFrame) as exc:
@@ -244,7 +245,7 @@ class ZygoteProcess:
         if not data or not fds:
             raise SandboxUnavailable("the sandbox zygote closed its control socket")
         info = json.loads(data)
-        worker = Worker(int(info["pid"]), socket.socket(fileno=fds[0]), slot, self.settings)
+        worker = Worker(int(info["pid"]), socket.socket(fileno=fds[0]), slot)
         try:
             worker.handshake(timeout=30.0)
         except (FrameError, OSError):
@@ -454,7 +455,7 @@ class SandboxSession:
             self.resets += 1
         worker = self.pool.take_worker()
         try:
-            reply = worker.request({"op": "load", **self.payload.header}, timeout=60.0, blob=self.payload.blob)
+            reply = worker.request({"op": "load", **self.payload.header}, 60.0, self.pool.settings, self.payload.blob)
         except WorkerLost as exc:
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None
@@ -478,9 +479,8 @@ class SandboxSession:
             reset_before = self._ensure_worker()
             assert self.worker is not None
             try:
-                reply = self.worker.request(
-                    {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}, timeout=wall
-                )
+                message = {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}
+                reply = self.worker.request(message, wall, self.pool.settings)
             except WorkerLost as exc:
                 self._drop_worker()
                 return RunResult(stdout="", error=f"{exc.reason}; namespace reset", namespace_reset=True)
@@ -499,7 +499,8 @@ class SandboxSession:
             self._ensure_worker()
             assert self.worker is not None
             try:
-                reply = self.worker.request({"op": "solution", "name": name}, timeout=self.pool.settings.wall_seconds)
+                settings = self.pool.settings
+                reply = self.worker.request({"op": "solution", "name": name}, settings.wall_seconds, settings)
             except WorkerLost as exc:
                 self._drop_worker()
                 return None, f"{exc.reason}; namespace reset"
@@ -515,7 +516,8 @@ class SandboxSession:
         with self.lock:
             self._ensure_worker()
             assert self.worker is not None
-            return self.worker.request({"op": "unrestricted", "code": code}, timeout=self.pool.settings.wall_seconds)
+            settings = self.pool.settings
+            return self.worker.request({"op": "unrestricted", "code": code}, settings.wall_seconds, settings)
 
     @property
     def pid(self) -> int | None:
