@@ -86,6 +86,12 @@ class SharedCapServer(HTTPEnvServer):
         self.service.bind(ticket, session_id)
         return session_id, env
 
+    async def _destroy_session(self, session_id: str) -> None:
+        env = self._sessions.get(session_id)
+        if env is not None:
+            env.expired = True  # the WebSocket that holds it may still send a reset
+        await super()._destroy_session(session_id)
+
     def unused_sessions(self, now: float) -> list[str]:
         """Sessions past ``unreset_timeout_s`` that were never reset or stepped (and no WebSocket holds)."""
         timeout = self.service.settings.unreset_timeout_s

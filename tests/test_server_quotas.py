@@ -9,6 +9,7 @@ sessions together, and that sessions never reset free their slots within ``unres
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -25,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
+from websockets.sync.client import connect
 
 # --- who a client is ----------------------------------------------------------------------------
 
@@ -127,11 +129,17 @@ def test_sessions_never_reset_free_their_slots(server: Any) -> None:
     with as_client(server, "tok-a") as a, as_client(server, "tok-b") as b, as_client(server, "tok-c") as c:
         b_reset = b.post("/reset", json=RESET)
         assert b_reset.status_code == 200, b_reset.text
-        for http in (a, a, b, c, c):
+        for http in (a, a, b, c):
             assert "result" in mcp(http, "openenv/session/create")
-        full = b.post("/reset", json=RESET)
-        assert full.status_code == 429 and "session cap (6)" in full.json()["detail"], full.text
-        time.sleep(35)
+        ws_url = server.url.replace("http", "ws") + "/ws"
+        with connect(ws_url, additional_headers={"Authorization": "Bearer tok-c"}) as ws:  # never reset either
+            time.sleep(1.0)
+            full = b.post("/reset", json=RESET)
+            assert full.status_code == 429 and "session cap (6)" in full.json()["detail"], full.text
+            time.sleep(35)
+            ws.send(json.dumps({"type": "reset", "data": RESET}))
+            late = json.loads(ws.recv(timeout=30))
+            assert late["type"] == "error" and "expired" in late["data"]["message"], late  # not an uncounted episode
         assert a.post("/reset", json=RESET).status_code == 200
         stepped = b.post(
             "/step", json={"episode_id": b_reset.json()["episode_id"], "action": {"python_code": "print(1)"}}
