@@ -18,6 +18,16 @@ from typing import Any
 
 import pytest
 from helpers import cached_instance
+from mechsandbox.arch import (
+    HELPERS,
+    EmbedMLP,
+    GatedMLP,
+    HookedTransformer,
+    ModAddMLP,
+    SubspaceMLP,
+    ToySuperposition,
+    helper_namespace,
+)
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.server.sandbox.facade import Facade, build_facades, make_import
 from mechsandbox.server.sandbox.policy import DENIED_ATTRIBUTES, OutputBuffer, make_builtins
@@ -95,6 +105,8 @@ REVIEWED: dict[tuple[str, str], str] = {
     **{(m, "target"): _MODULE_TABLE for m in ["get_buffer", "get_parameter", "get_submodule"]},
     **{(m, "name"): _MODULE_TABLE for m in ["add_module", "register_buffer", "register_module", "register_parameter"]},
     **{(m, "name"): _GUARDED for m in ["getattr", "hasattr", "setattr", "delattr"]},
+    ("add_hook", "name"): "a key of the model's hook_dict (KeyError otherwise), never an attribute name",
+    ("get_act_name", "name"): "builds a hook-point name string; reads nothing",
     ("forward", "offsets"): "EmbeddingBag's bag starts, bounds-checked against the input (offsets[0] == 0)",
     ("named_modules", "memo"): "a set of modules to skip while walking the module's own children",
     ("as_subclass", "cls"): "changes the Python class of a tensor view to a Tensor subclass; no memory involved",
@@ -162,6 +174,10 @@ def reachable_callables() -> Iterator[tuple[str, Any]]:
         yield from walk(name, facade, True)
     for name, value in make_builtins(lambda: OutputBuffer(64), make_import(facades)).items():
         yield from walk(f"builtins.{name}", value, True)
+    for name, value in helper_namespace(list(HELPERS)).items():  # what a payload may add: ``utils``
+        yield from walk(name, type(value), True)
+    for cls in (HookedTransformer, SubspaceMLP, ToySuperposition, ModAddMLP, GatedMLP, EmbedMLP):  # ``model``
+        yield from walk(f"model.{cls.__name__}", cls, True)
 
 
 def test_no_member_takes_memory_or_attribute_name_parameters() -> None:
