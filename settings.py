@@ -27,6 +27,7 @@ must never pull in torch or the task families.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import typing
@@ -238,6 +239,15 @@ class ServerSettings(_EnvSettings):
     test_salt: str = setting("", "HMAC key of the test split; empty = random per process (set it for comparable runs)")
     test_instances: int = setting(100, "test instances per task and level", minimum=1)
     api_token: str = setting("", "when set, every route but `/health` needs `Authorization: Bearer <token>`")
+    api_tokens: tuple[str, ...] = setting(
+        (), "several accepted bearer tokens, comma-separated; each one is a client for `MECHSANDBOX_CLIENT_SHARE`"
+    )
+    client_share: float = setting(0.25, "largest share of `session_cap` one client may hold (at least one session)",
+                                  minimum=0.01, maximum=1)  # fmt: skip
+    trusted_proxy: str = setting(
+        "", "address or network of the reverse proxy whose `X-Forwarded-For` names the client; empty = none"
+    )
+    unreset_timeout_s: float = setting(30.0, "sessions never reset or stepped are reaped after this long", minimum=1)
     rate_limit: float = setting(0.0, "steps per second per session, 429 past it; 0 = off", minimum=0)
     max_body_bytes: int = setting(256 * 1024, "request bodies and WebSocket messages; 413 past it", minimum=1024)
     default_task: str = setting("dead-neurons", "task of a reset that names none (an id from `mechsandbox tasks`)")
@@ -246,6 +256,25 @@ class ServerSettings(_EnvSettings):
         0, "step budget of every train episode (test episodes keep the family's); 0 = the family budgets", minimum=0
     )
     log_level: str = setting("info", "uvicorn and server logging", choices=LOG_LEVELS)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.trusted_proxy:
+            try:
+                ipaddress.ip_network(self.trusted_proxy, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{env_name('trusted_proxy')}={self.trusted_proxy!r} is not an IP address or network"
+                ) from None
+
+    @property
+    def tokens(self) -> tuple[str, ...]:
+        """Every accepted bearer token (``api_token`` and ``api_tokens`` together); empty = no authentication."""
+        return tuple(dict.fromkeys(t for t in (self.api_token, *self.api_tokens) if t))
+
+    def client_quota(self) -> int:
+        """Sessions one client may hold at once: ``client_share`` of the cap, at least one."""
+        return max(1, math.floor(self.client_share * self.session_cap + 1e-9))
 
 
 @_with_settings

@@ -13,6 +13,8 @@ WebSocket and HTTP episodes (``SharedCapServer``).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -36,10 +38,11 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
 from ..protocol import one_line
+from . import clients
 from .episode import EpisodeError
 from .limits import RequestLimits
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
-from .service import Service
+from .service import CapacityError, Service
 from .settings import ServerSettings
 from .wire import (
     EpisodeResponse,
@@ -54,17 +57,63 @@ log = logging.getLogger("mechsandbox.server")
 
 
 class SharedCapServer(HTTPEnvServer):
-    """OpenEnv's server, with its WebSocket session cap counting our HTTP episodes too."""
+    """OpenEnv's server, with its session cap counting our HTTP episodes too, the per-client quota on every
+    session it creates (WebSocket and ``/mcp``), and a reaper for sessions that were never used.
+
+    Why the second reaper: OpenEnv reaps only after the idle timeout (900 s), so sessions created and
+    left alone (``openenv/session/create`` in a loop) held the whole cap that long, renewably. A session
+    that was never reset and never stepped is reaped after ``unreset_timeout_s``, checked at least every 5 s.
+    """
 
     def __init__(self, *args: Any, service: Service, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.service = service
 
     async def _create_session(self) -> Any:
+        settings = self.service.settings
         total = self.active_sessions + self.service.http_count()
-        if total >= self.service.settings.session_cap:
-            raise SessionCapacityError(active_sessions=total, max_sessions=self.service.settings.session_cap)
-        return await super()._create_session()
+        if total >= settings.session_cap:
+            raise SessionCapacityError(active_sessions=total, max_sessions=settings.session_cap)
+        try:
+            ticket = self.service.admit(clients.current())
+        except CapacityError as exc:
+            raise SessionCapacityError(total, settings.session_cap, one_line(str(exc))) from None
+        try:
+            session_id, env = await super()._create_session()
+        except BaseException:
+            self.service.release(ticket)
+            raise
+        self.service.bind(ticket, session_id)
+        return session_id, env
+
+    async def _destroy_session(self, session_id: str) -> None:
+        env = self._sessions.get(session_id)
+        if env is not None:
+            env.expired = True  # the WebSocket that holds it may still send a reset
+        await super()._destroy_session(session_id)
+
+    def unused_sessions(self, now: float) -> list[str]:
+        """Sessions past ``unreset_timeout_s`` that were never reset or stepped (and no WebSocket holds)."""
+        timeout = self.service.settings.unreset_timeout_s
+        unused = []
+        for session_id, info in list(self._session_info.items()):
+            env = self._sessions.get(session_id)
+            if env is None or session_id in self._session_websocket_attachments:
+                continue
+            if not getattr(env, "ever_reset", True) and info.step_count == 0 and now - info.created_at > timeout:
+                unused.append(session_id)
+        return unused
+
+    async def reap_unused(self) -> None:
+        interval = min(5.0, self.service.settings.unreset_timeout_s / 6)
+        while True:
+            await asyncio.sleep(interval)
+            for session_id in self.unused_sessions(time.time()):
+                log.info("reaped a session never reset (%s…)", session_id[:6])
+                try:
+                    await self._destroy_session(session_id)
+                except Exception:  # one failed teardown must not stop the reaper
+                    log.exception("could not reap session %s…", session_id[:6])
 
 
 def validation_message(exc: ValidationError | RequestValidationError) -> str:
@@ -175,7 +224,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         if not isinstance(params, dict):
             raise EpisodeError('the reset body must be a JSON object, e.g. {"task_id": "copy-head", "seed": 3}')
         params.pop("episode_id", None)  # a client-supplied id is ignored: the server issues its own
-        episode = await run_in_threadpool(service.open_episode, params, "http")
+        episode = await run_in_threadpool(service.open_episode, params, "http", clients.current())
         return observation_response(episode.reset_observation())
 
     @app.post(
@@ -242,21 +291,34 @@ def create_app(service: Service | None = None) -> FastAPI:
         service=service,
     )
     service.ws_count = lambda: server.active_sessions
+    service.ws_ids = lambda: list(server._sessions)
     server.register_routes(app)
     drop_shadowed_routes(app)  # OpenEnv's own /reset, /step, /state and /health, behind ours
     publish_schemas(app, (ResetRequest, StepRequest))
 
+    reapers: list[asyncio.Task[None]] = []
+
     async def _start() -> None:
         started = time.perf_counter()
         service.start()
+        reapers.append(asyncio.create_task(server.reap_unused()))
         log.info("sandbox ready in %.1f s; isolation: %s", time.perf_counter() - started, service.health()["isolation"])
 
     async def _stop() -> None:
+        for task in reapers:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         service.stop()
 
     app.router.on_startup.insert(0, _start)
     app.router.on_shutdown.append(_stop)
-    app.add_middleware(RequestLimits, max_body=settings.max_body_bytes, token=settings.api_token)
+    app.add_middleware(
+        RequestLimits,
+        max_body=settings.max_body_bytes,
+        tokens=settings.tokens,
+        trusted_proxy=settings.trusted_proxy,
+    )
     return app
 
 

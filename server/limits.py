@@ -1,5 +1,5 @@
 """ASGI middleware for what every request must respect before any route runs: body size, JSON
-nesting depth and (optionally) a bearer token.
+nesting depth and (optionally) a bearer token; it also names the request's client (``clients.py``).
 
 Why here: a 10 MB body or a 100 000-deep JSON array must be refused before a JSON parser sees it
 (``json.loads`` raises RecursionError on deep nesting, which would otherwise surface as a 500 on
@@ -8,9 +8,10 @@ OpenEnv's routes). Bodies are read up to the cap and replayed to the app.
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
+
+from .clients import CURRENT, ClientIdentifier
 
 MAX_DEPTH = 64
 OPEN_ROUTES = ("/health",)
@@ -41,17 +42,26 @@ def nesting_depth(body: bytes) -> int:
 
 
 class RequestLimits:
-    def __init__(self, app: Any, max_body: int, token: str = ""):
-        self.app, self.max_body, self.token = app, max_body, token.encode()
+    def __init__(self, app: Any, max_body: int, tokens: tuple[str, ...] = (), trusted_proxy: str = ""):
+        self.app, self.max_body = app, max_body
+        self.clients = ClientIdentifier(tokens, trusted_proxy)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
-        if self.token and scope.get("path") not in OPEN_ROUTES and not self._authorised(scope):
+        token_index = self.clients.token_index(scope)
+        if self.clients.tokens and scope.get("path") not in OPEN_ROUTES and token_index is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
                 return None
             return await _reply(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+        marker = CURRENT.set(self.clients.identify(scope, token_index))
+        try:
+            await self._limited(scope, receive, send)
+        finally:
+            CURRENT.reset(marker)
+
+    async def _limited(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
             return await self.app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
@@ -82,10 +92,6 @@ class RequestLimits:
             return await receive()
 
         return await self.app(scope, replay, send)
-
-    def _authorised(self, scope: dict) -> bool:
-        header = dict(scope.get("headers") or []).get(b"authorization", b"")
-        return header.startswith(b"Bearer ") and hmac.compare_digest(header[7:].strip(), self.token)
 
 
 async def _reply(send: Any, status: int, message: str) -> None:

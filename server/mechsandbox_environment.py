@@ -19,7 +19,7 @@ from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
 from ..protocol import ACTION_FIELDS
 from ..tasks import LEVELS, families
-from .episode import Episode
+from .episode import Episode, EpisodeError
 from .service import Service
 from .splits import SPLITS
 
@@ -37,6 +37,8 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         super().__init__()
         self.service = service
         self.episode: Episode | None = None
+        self.ever_reset = False  # a session never reset holds its slot only ``unreset_timeout_s``
+        self.expired = False  # set when OpenEnv's session table drops it (reaped or closed)
 
     def reset(
         self,
@@ -52,7 +54,10 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         params = {"seed": seed, "task_id": task_id, "level": level, "task_level": task_level, "split": split,
                   "index": index, **kwargs}  # fmt: skip
         params = {k: v for k, v in params.items() if v is not None}
+        if self.expired:  # a WebSocket outliving its reaped session would otherwise run uncounted episodes
+            raise EpisodeError("this session has expired (idle, or never reset in time); open a new one")
         self.close()
+        self.ever_reset = True
         self.episode = self.service.open_episode(params, transport="websocket")
         return MechSandboxObservation(**self.episode.reset_observation())
 

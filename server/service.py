@@ -4,6 +4,11 @@ One ``Service`` per process. WebSocket episodes live in OpenEnv's per-connection
 HTTP episodes live here, keyed by a 128-bit server-issued ``episode_id``. Both count against one cap
 (``ws_count`` is wired to OpenEnv's session table by ``app.py``). Idle HTTP episodes are reaped by a
 thread, which kills their workers. Nothing here knows about HTTP or OpenEnv.
+
+Why per-client quotas live here: HTTP episodes and OpenEnv sessions (WebSocket and ``/mcp``) share one
+cap, so one client's share of it must count both. ``owners`` maps every session key (an HTTP
+``episode_id`` or an OpenEnv session id) to its ``Client``; ``admit`` checks the quota and holds a
+placeholder while the session is being created, so two concurrent creations cannot both slip through.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 from .. import BENCHMARK_VERSION
 from ..tasks import LEVELS, families, get_family
+from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
 from .instance_cache import InstanceCache
 from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
@@ -54,6 +60,8 @@ class Service:
         self.http: dict[str, Episode] = {}
         self.lock = threading.Lock()
         self.ws_count: Callable[[], int] = lambda: 0
+        self.ws_ids: Callable[[], list[str]] = list  # OpenEnv's live session ids (wired by app.py)
+        self.owners: dict[str, Client] = {}
         self.stopped = threading.Event()
         if self.settings.test_salt:
             self.salt = self.settings.test_salt.encode()
@@ -118,12 +126,22 @@ class Service:
             raise EpisodeError(f"seed must be an integer in [0, {TRAIN_SEED_LIMIT})")
         return train_ref(family.id, level, seed)
 
-    def open_episode(self, params: dict[str, Any], transport: str) -> Episode:
+    def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL) -> Episode:
+        """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does)."""
         ref = self.resolve(params)
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
-        if transport == "http" and self.total_sessions() >= self.settings.session_cap:
+        if transport != "http":
+            return self._new_episode(ref, transport)
+        if self.total_sessions() >= self.settings.session_cap:
             raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
+        ticket = self.admit(client)
+        try:
+            return self._new_episode(ref, transport, client)
+        finally:
+            self.release(ticket)
+
+    def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL) -> Episode:
         cached = self.cache.get(ref.task_id, ref.seed, ref.level)
         try:
             sandbox = self.pool.open_session(cached.payload)
@@ -145,7 +163,41 @@ class Service:
                     episode.close()
                     raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
                 self.http[episode.episode_id] = episode
+                self.owners[episode.episode_id] = client
         return episode
+
+    # --- per-client quotas ---------------------------------------------------------------------
+
+    def admit(self, client: Client) -> str:
+        """A placeholder key held while ``client`` creates a session; CapacityError past its quota."""
+        ticket = "pending:" + secrets.token_hex(8)
+        with self.lock:
+            held = self._held_by(client)
+            quota = self.settings.client_quota()
+            if not client.exempt and held >= quota:
+                raise CapacityError(
+                    f"this client already holds {held} sessions, its share of the session cap "
+                    f"({quota} of {self.settings.session_cap}); close one or retry later"
+                )
+            self.owners[ticket] = client
+        return ticket
+
+    def bind(self, ticket: str, key: str) -> None:
+        """The placeholder ``ticket`` becomes the session ``key`` (an OpenEnv session id)."""
+        with self.lock:
+            self.owners[key] = self.owners.pop(ticket, LOCAL)
+
+    def release(self, ticket: str) -> None:
+        with self.lock:
+            self.owners.pop(ticket, None)
+
+    def _held_by(self, client: Client) -> int:
+        """Live sessions and placeholders of ``client``; forgets owners of sessions gone. Holds ``self.lock``."""
+        live = {key for key, episode in self.http.items() if not episode.done}
+        live.update(self.ws_ids())
+        for key in [k for k in self.owners if k not in live and not k.startswith("pending:")]:
+            del self.owners[key]
+        return sum(1 for owner in self.owners.values() if owner == client)
 
     def http_episode(self, episode_id: Any) -> Episode:
         if not isinstance(episode_id, str) or not episode_id:
@@ -185,7 +237,7 @@ class Service:
 
     def _reap_loop(self) -> None:
         """Reap idle HTTP episodes; finished ones (kept only for /state) after at most FINISHED_KEEP_S."""
-        interval = max(0.2, min(30.0, self.settings.idle_timeout_s / 4, FINISHED_KEEP_S / 4))
+        interval = max(0.2, min(5.0, self.settings.idle_timeout_s / 4, FINISHED_KEEP_S / 4))
         while not self.stopped.wait(interval):
             now = time.monotonic()
             cutoff, finished_cutoff = (

@@ -67,6 +67,29 @@ def test_http_episode_is_stateful(http) -> None:
     assert state["step_count"] == 2 and state["done"] is False and state["task_id"] == "dead-neurons"
 
 
+@pytest.mark.parametrize(
+    "attack,pattern",
+    [
+        (  # issue #14, class 1: a library function's globals copied by name into the snippet's
+            "import functools, statistics\ndef f():\n    pass\n"
+            "functools.wraps(statistics.mean, updated=('__globals__',))(f)",
+            r"unexpected keyword argument 'updated'",
+        ),
+        (  # class 2: a view at a negative offset of a small array
+            "a = np.zeros(2)\nprint(np.ndarray((4,), np.float64, a, -8))",
+            r"numpy\.ndarray\(\.\.\.\) is refused: buffer, offset and strides are raw memory",
+        ),
+        ("print(np.ndarray(shape=(8,), dtype=np.uint8, buffer=b'secret!!'))", r"ndarray\(\.\.\.\) is refused"),
+    ],
+)
+def test_layer_escape_classes_are_refused_in_one_line(http, attack: str, pattern: str) -> None:
+    eid = reset(http, task_id="dead-neurons", seed=3)["episode_id"]
+    refused = step(http, eid, python_code=attack)["observation"]
+    assert refused["error"] and "\n" not in refused["error"].strip() and re.search(pattern, refused["error"]), refused
+    after = step(http, eid, python_code="print(open)")["observation"]
+    assert "NameError" in after["error"] and not after["namespace_reset"]
+
+
 def test_graded_submission_ends_the_episode_and_reveals_truth_on_train(http) -> None:
     truth = get_family("dead-neurons").generate(12, "easy").truth
     eid = reset(http, task_id="dead-neurons", seed=12)["episode_id"]

@@ -42,6 +42,8 @@ def sample(record: Setting) -> object:
     if record.kind is tuple:
         return record.choices[1:3] if record.choices else ("a", "b")
     if record.kind is str:
+        if record.name == "trusted_proxy":  # an address, checked in ServerSettings.__post_init__
+            return "10.0.0.1"
         return next(c for c in record.choices if c != record.default) if record.choices else "some-text"
     step = 1 if record.kind is int else 0.25
     if record.maximum is not None and record.default + step > record.maximum:
@@ -50,7 +52,7 @@ def sample(record: Setting) -> object:
 
 
 def test_the_registry_is_every_field_but_the_test_switch() -> None:
-    assert len(SETTINGS) == 28 and set(REGISTRY) == {record.env for record in SETTINGS}
+    assert len(SETTINGS) == 32 and set(REGISTRY) == {record.env for record in SETTINGS}
     for cls in CLASSES:
         declared = {record.name for record in cls.SETTINGS}
         assert declared == {f.name for f in fields(cls)} - {"test_unrestricted"}
@@ -202,3 +204,27 @@ def test_the_module_imports_neither_torch_nor_the_task_families() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "variable,raw,pattern",
+    [
+        ("MECHSANDBOX_CLIENT_SHARE", "0", r"is out of range: must be between 0\.01 and 1"),
+        ("MECHSANDBOX_CLIENT_SHARE", "1.5", r"is out of range"),
+        ("MECHSANDBOX_CLIENT_SHARE", "-0.25", r"is out of range"),
+        ("MECHSANDBOX_TRUSTED_PROXY", "proxy.internal", r"is not an IP address or network"),
+        ("MECHSANDBOX_TRUSTED_PROXY", "10.0.0.300", r"is not an IP address or network"),
+    ],
+)
+def test_bad_quota_settings_are_a_startup_error(variable: str, raw: str, pattern: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{variable}=\S+ {pattern}"):
+        ServerSettings.from_env({variable: raw})
+
+
+def test_quota_arithmetic_and_tokens() -> None:
+    assert ServerSettings().client_quota() == 16  # 0.25 of 64
+    assert ServerSettings(session_cap=3, client_share=0.25).client_quota() == 1  # at least one session
+    assert ServerSettings(session_cap=6, client_share=0.5).client_quota() == 3
+    both = ServerSettings.from_env({"MECHSANDBOX_API_TOKEN": "a", "MECHSANDBOX_API_TOKENS": "b, c,a"})
+    assert both.tokens == ("a", "b", "c")
+    assert ServerSettings(trusted_proxy="10.1.0.0/16").trusted_proxy == "10.1.0.0/16"

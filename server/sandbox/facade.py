@@ -77,6 +77,129 @@ _refuse(
     "use_deterministic_algorithms set_flush_denormal seterr set_string_function",
 )
 _refuse("system modules are not available in the sandbox", "os sys subprocess builtins importlib inspect platform")
+_refuse(
+    "helpers that copy attributes by name are not available in the sandbox; set __name__-like fields by hand",
+    "update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES attrgetter methodcaller",
+)
+
+#: ``__module__`` of every class and function a snippet defines (the exec globals' ``__name__``).
+SNIPPET_MODULE = "sandbox"
+
+
+# --- guarded callables -------------------------------------------------------------------------
+#
+# Why: a library callable that takes an attribute name, a raw buffer, an offset or strides as plain
+# data does the attribute access or the pointer arithmetic in library code, where no guard runs
+# (``functools.wraps(f, updated=("__globals__",))`` merged a library module's globals into the
+# snippet's; ``np.ndarray(shape, dtype, buffer, offset=-8)`` read the heap below an array). Each such
+# member is either left out of its facade or replaced by a wrapper that accepts only the safe subset
+# of its parameters. tests/test_sandbox_layers.py walks every facade member's signature to keep it so.
+
+
+def _is_snippet_defined(obj: Any) -> bool:
+    return getattr(obj, "__module__", None) == SNIPPET_MODULE
+
+
+def sandbox_wraps(wrapped: Any) -> Any:
+    """``functools.wraps`` for snippet functions: copies the name, qualname and docstring strings only."""
+
+    def decorate(wrapper: Any) -> Any:
+        if not _is_snippet_defined(wrapper) or isinstance(wrapper, type):
+            raise TypeError("functools.wraps is refused: it may only decorate a function the snippet defines")
+        for field in ("__name__", "__qualname__", "__doc__"):
+            value = getattr(wrapped, field, None)
+            if type(value) is str:
+                setattr(wrapper, field, value)
+        return wrapper
+
+    return decorate
+
+
+def sandbox_total_ordering(cls: Any) -> Any:
+    """``functools.total_ordering`` for classes the snippet defines (it writes methods onto ``cls``)."""
+    if not isinstance(cls, type) or not _is_snippet_defined(cls):
+        raise TypeError("functools.total_ordering is refused: it may only decorate a class the snippet defines")
+    return functools.total_ordering(cls)
+
+
+def sandbox_deepcopy(x: Any) -> Any:
+    """``copy.deepcopy`` without ``memo``: a memo keyed by real addresses leaks them and swaps objects in."""
+    return copy.deepcopy(x)
+
+
+def _no_cls(name: str, kwargs: dict[str, Any]) -> None:
+    if "cls" in kwargs:
+        raise TypeError(f"json.{name}(cls=...) is refused: pass default= or object_hook= functions instead")
+
+
+def sandbox_json_dumps(obj: Any, **kwargs: Any) -> str:
+    """``json.dumps`` without ``cls`` (an arbitrary class whose ``encode`` method runs unguarded)."""
+    _no_cls("dumps", kwargs)
+    return json.dumps(obj, **kwargs)
+
+
+def sandbox_json_loads(s: Any, **kwargs: Any) -> Any:
+    """``json.loads`` without ``cls``; the hooks are called with parsed data, as a snippet could itself."""
+    _no_cls("loads", kwargs)
+    return json.loads(s, **kwargs)
+
+
+class GuardedClass:
+    """A library class whose constructor takes raw memory arguments: calls are checked, the rest forwards.
+
+    ``isinstance(x, np.ndarray)``, ``issubclass`` and public class attributes (``np.ndarray.sum``) keep
+    working; the class object itself is never handed out.
+    """
+
+    __slots__ = ("_allowed", "_cls", "_reason")
+
+    def __init__(self, cls: type, allowed: int, reason: str):
+        object.__setattr__(self, "_cls", cls)
+        object.__setattr__(self, "_allowed", allowed)
+        object.__setattr__(self, "_reason", reason)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > self._allowed or set(kwargs) - {"shape", "dtype", "order"}:
+            raise TypeError(f"{self._cls.__module__}.{self._cls.__name__}(...) is refused: {self._reason}")
+        return self._cls(*args, **kwargs)
+
+    def __instancecheck__(self, obj: Any) -> bool:
+        return isinstance(obj, self._cls)
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        # A snippet subclass would inherit the unchecked constructor, so there is none.
+        raise TypeError(f"subclassing {self._cls.__module__}.{self._cls.__name__} is not available in the sandbox")
+
+    def __subclasscheck__(self, cls: Any) -> bool:
+        return issubclass(cls, self._cls)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(f"attribute {attr!r} is not available in the sandbox") from None
+        return getattr(self._cls, attr)
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise TypeError(f"{self._cls.__name__} is read-only in the sandbox")
+
+    def __eq__(self, other: Any) -> Any:
+        return unwrap_class(other) is self._cls or NotImplemented  # NotImplemented: let TypeView answer
+
+    def __hash__(self) -> int:
+        return hash(self._cls)
+
+    def __repr__(self) -> str:
+        return repr(self._cls)
+
+
+def unwrap_class(obj: Any) -> Any:
+    """The class a ``GuardedClass`` stands for (anything else unchanged)."""
+    return object.__getattribute__(obj, "_cls") if isinstance(obj, GuardedClass) else obj
+
+
+#: ``np.ndarray(shape, dtype, buffer, offset, strides)``: only ``shape``, ``dtype`` and ``order``.
+SANDBOX_NDARRAY = GuardedClass(
+    np.ndarray, 2, "buffer, offset and strides are raw memory; use np.zeros, np.empty or np.asarray"
+)
 
 
 class Facade:
@@ -129,7 +252,7 @@ def _words(text: str) -> list[str]:
 _TORCH_OP_REFUSED = re.compile(
     r"^(as_strided|empty_strided|from_file|frombuffer|asarray|fork|wait|cond|while_loop|import_ir_module|"
     r"get_file_path|resize_as_sparse_|dequantize|pin_memory|is_vulkan_available|cudnn_|miopen_|mkldnn_|fbgemm_|"
-    r"set_|sym_)|dlpack|quantiz|autocast|sparse|storage|share_memory|_jit"
+    r"set_|sym_|segment_reduce)|dlpack|quantiz|autocast|sparse|storage|share_memory|_jit"
 )
 
 _TORCH_EXTRA = _words(
@@ -260,7 +383,8 @@ def build_numpy() -> dict[str, Facade]:
     linalg = Facade("numpy.linalg", _pick(np.linalg, np.linalg.__all__))
     fft = Facade("numpy.fft", _pick(np.fft, np.fft.__all__))
     rnd = Facade("numpy.random", _pick(np.random, _NP_RANDOM))
-    top = Facade("numpy", {**_pick(np, _NUMPY), "linalg": linalg, "fft": fft, "random": rnd})
+    members = {**_pick(np, _NUMPY), "ndarray": SANDBOX_NDARRAY}
+    top = Facade("numpy", {**members, "linalg": linalg, "fft": fft, "random": rnd})
     return {"numpy": top, "numpy.linalg": linalg, "numpy.fft": fft, "numpy.random": rnd}
 
 
@@ -270,25 +394,35 @@ _STDLIB: dict[str, tuple[Any, str]] = {
     "math": (math, " ".join(n for n in dir(math) if not n.startswith("_"))),
     "itertools": (itertools, " ".join(n for n in dir(itertools) if not n.startswith("_"))),
     "collections": (collections, "Counter defaultdict OrderedDict deque namedtuple ChainMap"),
-    "functools": (functools, "reduce partial lru_cache cache cmp_to_key total_ordering wraps"),
+    "functools": (functools, "reduce partial lru_cache cache cmp_to_key"),
     "statistics": (
         statistics,
         "mean fmean median median_low median_high mode multimode stdev pstdev variance pvariance quantiles "
         "geometric_mean harmonic_mean correlation covariance linear_regression StatisticsError",
     ),
     "heapq": (heapq, "heappush heappop heapify heapreplace heappushpop nlargest nsmallest merge"),
-    "json": (json, "dumps loads JSONDecodeError"),
+    "json": (json, "JSONDecodeError"),
     "random": (
         random,
         "seed random randint randrange choice choices shuffle sample uniform gauss normalvariate getrandbits Random",
     ),
     "re": (re, "compile match fullmatch search findall finditer sub subn split escape IGNORECASE MULTILINE DOTALL"),
-    "copy": (copy, "copy deepcopy"),
+    "copy": (copy, "copy"),
+}
+
+#: The guarded replacements, by facade: same names, safe parameters only.
+_STDLIB_GUARDED: dict[str, dict[str, Any]] = {
+    "functools": {"wraps": sandbox_wraps, "total_ordering": sandbox_total_ordering},
+    "json": {"dumps": sandbox_json_dumps, "loads": sandbox_json_loads},
+    "copy": {"deepcopy": sandbox_deepcopy},
 }
 
 
 def build_stdlib() -> dict[str, Facade]:
-    return {name: Facade(name, _pick(module, _words(names))) for name, (module, names) in _STDLIB.items()}
+    return {
+        name: Facade(name, {**_pick(module, _words(names)), **_STDLIB_GUARDED.get(name, {})})
+        for name, (module, names) in _STDLIB.items()
+    }
 
 
 def build_facades() -> dict[str, Facade]:

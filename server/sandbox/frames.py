@@ -1,9 +1,15 @@
 """Length-prefixed frames between the server and a sandbox worker (or the zygote).
 
-A frame is an 8-byte header (JSON length, attachment length, both big-endian u32), a UTF-8 JSON
-object, and an optional binary attachment (the model's safetensors bytes). Every read is bounded:
-a peer that announces more than ``max_json`` / ``max_blob`` bytes is a protocol error, so a
+A frame is a 12-byte header (JSON length, attachment length, sequence number, all big-endian u32), a
+UTF-8 JSON object, and an optional binary attachment (the model's safetensors bytes). Every read is
+bounded: a peer that announces more than ``max_json`` / ``max_blob`` bytes is a protocol error, so a
 hostile worker cannot make the server allocate without limit.
+
+Why the sequence number: the server numbers its requests and a reply carries the number of the request
+it answers. ``send_frame`` without an explicit ``seq`` echoes the number last received on that socket,
+so the worker loop answers correctly without knowing about it. A compromised worker that writes an
+extra frame cannot shift the session's replies by one: the stale frame carries an old number, and the
+server treats it as a lost worker.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import socket
 import struct
 from typing import Any
 
-HEADER = struct.Struct(">II")
+HEADER = struct.Struct(">III")
 # The largest reply a worker sends (JSON bytes): the worker turns a larger result into an error message,
 # and the server refuses a larger frame. One constant, so the two sides cannot drift apart.
 MAX_REPLY = 1024 * 1024
@@ -23,9 +29,19 @@ class FrameError(Exception):
     """The peer closed the connection or broke the framing."""
 
 
-def send_frame(sock: socket.socket, message: dict[str, Any], blob: bytes = b"") -> None:
+class MalformedFrame(FrameError):
+    """The peer sent bytes that are not a frame (too large, not JSON, not an object)."""
+
+
+#: The sequence number last received on each socket (by fd): what an answer without ``seq`` echoes.
+_last_received: dict[int, int] = {}
+
+
+def send_frame(sock: socket.socket, message: dict[str, Any], blob: bytes = b"", seq: int | None = None) -> None:
     data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
-    sock.sendall(HEADER.pack(len(data), len(blob)) + data + blob)
+    if seq is None:
+        seq = _last_received.get(sock.fileno(), 0)
+    sock.sendall(HEADER.pack(len(data), len(blob), seq) + data + blob)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -41,13 +57,21 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 def recv_frame(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[dict[str, Any], bytes]:
-    n_json, n_blob = HEADER.unpack(_recv_exact(sock, HEADER.size))
+    """One frame's message and attachment; its sequence number is remembered for the answer."""
+    message, blob, seq = recv_numbered(sock, max_json, max_blob)
+    _last_received[sock.fileno()] = seq
+    return message, blob
+
+
+def recv_numbered(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[dict[str, Any], bytes, int]:
+    """One frame: its message, its attachment and its sequence number."""
+    n_json, n_blob, seq = HEADER.unpack(_recv_exact(sock, HEADER.size))
     if n_json > max_json or n_blob > max_blob:
-        raise FrameError(f"frame too large ({n_json} + {n_blob} bytes)")
+        raise MalformedFrame(f"frame too large ({n_json} + {n_blob} bytes)")
     try:
         message = json.loads(_recv_exact(sock, n_json))
-    except ValueError as exc:
-        raise FrameError(f"malformed frame: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser allows
+        raise MalformedFrame(f"malformed frame: {type(exc).__name__}") from None
     if not isinstance(message, dict):
-        raise FrameError("malformed frame: not an object")
-    return message, _recv_exact(sock, n_blob) if n_blob else b""
+        raise MalformedFrame("malformed frame: not an object")
+    return message, _recv_exact(sock, n_blob) if n_blob else b"", seq

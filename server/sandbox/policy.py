@@ -43,10 +43,9 @@ from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack
 from RestrictedPython.transformer import INSPECT_ATTRIBUTES, IOPERATOR_TO_STR, copy_locations
 from torch import nn
 
-from .facade import REFUSED_REASONS, Facade
+from .facade import REFUSED_REASONS, SNIPPET_MODULE, Facade, unwrap_class
 
 SNIPPET_FILENAME = "<snippet>"
-SNIPPET_MODULE = "sandbox"
 
 #: Method and attribute names refused on every object (file I/O, pickle, raw memory, traversal).
 DENIED_ATTRIBUTES = frozenset(
@@ -76,6 +75,12 @@ DENIED_ATTRIBUTES = frozenset(
         "byteswap",
         "as_strided",
         "as_strided_",
+        "as_strided_scatter",
+        "as_strided_copy",
+        "new_empty_strided",
+        "getfield",
+        "setfield",
+        "set_submodule",
         "tb_frame",
         "tb_next",
         "f_back",
@@ -501,7 +506,7 @@ class TypeView:
         return repr(self._cls)
 
     def __eq__(self, other: Any) -> bool:
-        return self._cls is (other._cls if isinstance(other, TypeView) else other)
+        return self._cls is (other._cls if isinstance(other, TypeView) else unwrap_class(other))
 
     def __hash__(self) -> int:
         return hash(self._cls)

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...jsonvalue import AnswerError, check_json_value
-from .frames import MAX_REPLY, FrameError, recv_frame, send_frame
+from .frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
 
@@ -67,6 +67,56 @@ def private_memory(pid: int) -> int:
         return 0
 
 
+class InvalidReply(Exception):
+    """A reply frame that an honest worker never sends (wrong types, sizes, keys or sequence number)."""
+
+
+def _text(reply: dict[str, Any], key: str, limit: int, optional: bool = False) -> str | None:
+    value = reply.get(key)
+    if value is None and optional:
+        return None
+    if type(value) is not str:
+        raise InvalidReply(f"{key!r} is not a string")
+    if len(value) > limit or len(value.encode("utf-8", "replace")) > limit:
+        raise InvalidReply(f"{key!r} is longer than {limit} bytes")
+    return value
+
+
+def _keys(reply: dict[str, Any], allowed: set[str]) -> None:
+    extra = set(reply) - allowed
+    if extra:
+        raise InvalidReply(f"unexpected keys {sorted(extra)[:3]}")
+
+
+#: The longest error text a worker may send (errors are capped in the worker; policy messages run longer).
+ERROR_SLACK = 4096
+
+
+def check_reply(op: str, reply: dict[str, Any], settings: SandboxSettings) -> dict[str, Any]:
+    """Validate one reply against what the worker's ``handle`` returns for ``op``; raise ``InvalidReply``.
+
+    Why: the worker runs hostile code, so its replies are data from an adversary. The server re-checks
+    every field an honest worker sets (the output cap included) rather than trusting the worker's caps.
+    """
+    error_limit = settings.error_cap + ERROR_SLACK
+    if op == "run":
+        _keys(reply, {"stdout", "error", "output_truncated", "seconds"})
+        _text(reply, "stdout", settings.output_cap)
+        _text(reply, "error", error_limit, optional=True)
+        if type(reply.get("output_truncated")) is not bool:
+            raise InvalidReply("'output_truncated' is not a boolean")
+        seconds = reply.get("seconds")
+        if type(seconds) not in (int, float) or not 0.0 <= seconds <= settings.wall_seconds + 60.0:
+            raise InvalidReply("'seconds' is not a number of seconds within the wall-clock limit")
+    elif op in ("load", "solution"):
+        _keys(reply, {"error", "ok"} if op == "load" else {"error", "value"})
+        if reply.get("error") is not None or ("value" not in reply and "ok" not in reply):
+            _text(reply, "error", error_limit)
+        elif op == "load" and reply.get("ok") is not True:
+            raise InvalidReply("'ok' is not true")
+    return reply
+
+
 class Worker:
     """One sandboxed worker process, as the server sees it: a pid and a framed socket."""
 
@@ -74,6 +124,7 @@ class Worker:
         self.pid, self.sock, self.slot = pid, sock, slot
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
+        self.seq = 0
 
     @property
     def alive(self) -> bool:
@@ -84,19 +135,38 @@ class Worker:
         hello, _ = recv_frame(self.sock, MAX_REPLY)
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
 
-    def request(self, message: dict[str, Any], timeout: float, blob: bytes = b"") -> dict[str, Any]:
+    def request(
+        self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes = b""
+    ) -> dict[str, Any]:
+        """Send one numbered request and return its validated reply; any doubt about the reply loses the worker."""
         if not self.alive:
             raise WorkerLost(self.dead_reason or "the worker is gone")
+        self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
         try:
+            if self._spoke_out_of_turn():
+                raise InvalidReply("a frame arrived before the request was sent")
             self.sock.settimeout(timeout)
-            send_frame(self.sock, message, blob)
-            reply, _ = recv_frame(self.sock, MAX_REPLY)
-            return reply
+            send_frame(self.sock, message, blob, seq=self.seq)
+            reply, _, seq = recv_numbered(self.sock, MAX_REPLY)
+            if seq != self.seq:
+                raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
+            return check_reply(str(message.get("op")), reply, settings)
         except TimeoutError:
             self.kill(f"the snippet ran longer than the {timeout:g} s wall-clock limit")
+        except (InvalidReply, MalformedFrame) as exc:
+            log.warning("worker %d sent an invalid reply (%s); killing it", self.pid, exc)
+            self.kill("the worker sent an invalid reply and was replaced")
         except (FrameError, OSError):
             self.kill("the worker process died (crash or forced exit)")
         raise WorkerLost(self.dead_reason or "the worker is gone")
+
+    def _spoke_out_of_turn(self) -> bool:
+        """True when bytes are already waiting: an honest worker only ever answers a request."""
+        self.sock.setblocking(False)  # with a timeout set, recv would first wait for data
+        try:
+            return bool(self.sock.recv(1, socket.MSG_PEEK))
+        except BlockingIOError:
+            return False
 
     def kill(self, reason: str) -> None:
         if self.dead_reason is None:
@@ -385,7 +455,7 @@ class SandboxSession:
             self.resets += 1
         worker = self.pool.take_worker()
         try:
-            reply = worker.request({"op": "load", **self.payload.header}, timeout=60.0, blob=self.payload.blob)
+            reply = worker.request({"op": "load", **self.payload.header}, 60.0, self.pool.settings, self.payload.blob)
         except WorkerLost as exc:
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None
@@ -409,9 +479,8 @@ class SandboxSession:
             reset_before = self._ensure_worker()
             assert self.worker is not None
             try:
-                reply = self.worker.request(
-                    {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}, timeout=wall
-                )
+                message = {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}
+                reply = self.worker.request(message, wall, self.pool.settings)
             except WorkerLost as exc:
                 self._drop_worker()
                 return RunResult(stdout="", error=f"{exc.reason}; namespace reset", namespace_reset=True)
@@ -430,7 +499,8 @@ class SandboxSession:
             self._ensure_worker()
             assert self.worker is not None
             try:
-                reply = self.worker.request({"op": "solution", "name": name}, timeout=self.pool.settings.wall_seconds)
+                settings = self.pool.settings
+                reply = self.worker.request({"op": "solution", "name": name}, settings.wall_seconds, settings)
             except WorkerLost as exc:
                 self._drop_worker()
                 return None, f"{exc.reason}; namespace reset"
@@ -446,7 +516,8 @@ class SandboxSession:
         with self.lock:
             self._ensure_worker()
             assert self.worker is not None
-            return self.worker.request({"op": "unrestricted", "code": code}, timeout=self.pool.settings.wall_seconds)
+            settings = self.pool.settings
+            return self.worker.request({"op": "unrestricted", "code": code}, settings.wall_seconds, settings)
 
     @property
     def pid(self) -> int | None:
