@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from safetensors.torch import save
 
 from . import BENCHMARK_VERSION
 from .arch import json_safe, public_tensors
-from .tasks import LEVELS, Instance, families
+from .tasks import LEVELS, Instance, families, get_family
 
 CANONICAL_SEEDS = (0, 1)
 DEFAULT_DIR = Path(__file__).resolve().parent / "artifacts"
@@ -46,22 +46,29 @@ def instance_files(inst: Instance) -> dict[str, bytes]:
     }
 
 
-def canonical_instances() -> Iterator[Instance]:
+Generator = Callable[[str, int, str], Instance]  # (task_id, seed, level) -> Instance
+
+
+def _generate(task_id: str, seed: int, level: str) -> Instance:
+    return get_family(task_id).generate(seed, level)
+
+
+def canonical_instances(generate: Generator = _generate) -> Iterator[Instance]:
     for fam in families():
         for level in LEVELS:
             for seed in CANONICAL_SEEDS:
-                yield fam.generate(seed, level)
+                yield generate(fam.id, seed, level)
 
 
 def n_canonical() -> int:
     return len(families()) * len(LEVELS) * len(CANONICAL_SEEDS)
 
 
-def build_all(progress: bool = True) -> dict[str, bytes]:
+def build_all(progress: bool = True, generate: Generator = _generate) -> dict[str, bytes]:
     from tqdm import tqdm
 
     files: dict[str, bytes] = {}
-    for inst in tqdm(canonical_instances(), total=n_canonical(), disable=not progress, desc="artifacts"):
+    for inst in tqdm(canonical_instances(generate), total=n_canonical(), disable=not progress, desc="artifacts"):
         files.update(instance_files(inst))
     return files
 
@@ -86,14 +93,17 @@ def write(out_dir: Path = DEFAULT_DIR, progress: bool = True) -> dict[str, Any]:
     return man
 
 
-def check(out_dir: Path = DEFAULT_DIR, progress: bool = True) -> list[str]:
-    """Regenerate in memory; return every mismatch against the manifest and the files (empty = OK)."""
+def check(out_dir: Path = DEFAULT_DIR, progress: bool = True, generate: Generator = _generate) -> list[str]:
+    """Regenerate in memory; return every mismatch against the manifest and the files (empty = OK).
+
+    ``generate`` makes each instance; the test suite passes the instances it already generated in
+    the same run (with the same code), so that the bytes are checked without generating twice."""
     problems: list[str] = []
     man_path = out_dir / "manifest.json"
     if not man_path.is_file():
         return [f"{man_path} is missing: run `mechsandbox gen-art` first"]
     recorded = json.loads(man_path.read_text())
-    fresh = manifest(build_all(progress))
+    fresh = manifest(build_all(progress, generate))
     for key in ("benchmark_version", "family_versions", "seeds"):
         if recorded.get(key) != fresh[key]:
             problems.append(f"manifest {key} is {recorded.get(key)!r}, regenerated {fresh[key]!r}")
