@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, pool as pool_module
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox import pool as pool_module
 from mechsandbox.server.sandbox.pool import SandboxUnavailable
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)")
@@ -243,7 +244,9 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.prctl(1, 0, 0, 0, 0)  # clear the parent-death signal
 for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
     signal.signal(s, signal.SIG_IGN)
-os._exit = sys.exit = lambda *a: None  # and disable its own exit
+os._exit = sys.exit = lambda *a: None  # and disable its own exit: the worker loop falls through
+import atexit, time
+atexit.register(time.sleep, 3600)  # to interpreter shutdown, which then never ends
 result = "stuck"
 ''')
 print(json.dumps({"worker": session.pid, "zygote": pool.zygote.pid, "reply": reply}), flush=True)
