@@ -417,7 +417,8 @@ class SandboxPool:
                 try:
                     worker = self._spawn()
                 except SandboxUnavailable as exc:
-                    log.warning("sandbox refill failed: %s", exc)
+                    if not self.closed.is_set():  # a spawn that races close() is expected to fail
+                        log.warning("sandbox refill failed: %s", exc)
                     time.sleep(0.5)
                     break
                 with self.lock:
