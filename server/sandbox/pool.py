@@ -106,6 +106,7 @@ class Worker:
     def __init__(self, pid: int, sock: socket.socket, slot: int, cgroup: jail.PidsCgroup | None = None):
         self.pid, self.sock, self.slot, self.cgroup = pid, sock, slot, cgroup
         self.pidfd: int | None = None
+        self.pidfd_lock = threading.Lock()  # the watchdog polls the pidfd while a session may close it
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
 
@@ -115,9 +116,10 @@ class Worker:
 
     def exited(self) -> bool:
         """True once the process is gone (its pidfd turns readable); never looks a pid up again."""
-        if self.pidfd is None:
-            return True
-        return bool(select.select([self.pidfd], [], [], 0)[0])
+        with self.pidfd_lock:
+            if self.pidfd is None:
+                return True
+            return bool(select.select([self.pidfd], [], [], 0)[0])
 
     def handshake(self, timeout: float, reported_pid: int) -> None:
         """Learn the worker's host pid from the kernel, pin it, then read its isolation report."""
@@ -151,13 +153,14 @@ class Worker:
         """SIGKILL through the pidfd, then whatever is left in the slot's pids cgroup; close the socket."""
         if self.dead_reason is None:
             self.dead_reason = reason
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            if self.cgroup is not None:
-                self.cgroup.kill_slot(self.slot)
-            os.close(self.pidfd)
-            self.pidfd = None
+        with self.pidfd_lock:
+            if self.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                if self.cgroup is not None:
+                    self.cgroup.kill_slot(self.slot)
+                os.close(self.pidfd)
+                self.pidfd = None
         with contextlib.suppress(OSError):
             self.sock.close()
 
