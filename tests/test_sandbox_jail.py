@@ -278,3 +278,9 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
     except OSError:
         return False
+
+
+def test_require_namespaces_refuses_to_start_without_them() -> None:
+    settings = SandboxSettings(pool_size=0, namespaces=False, require=("namespaces",))
+    with pytest.raises(SandboxUnavailable, match="namespaces: skipped: disabled by configuration"):
+        SandboxPool(settings).start()
