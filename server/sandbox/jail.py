@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import shutil
 import signal
@@ -37,6 +38,7 @@ import sysconfig
 
 JAIL_PIDS = "/run/mechsandbox-pids"  # where the pool's pids cgroup is bound inside the jail
 NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+_POOL_NUMBERS = itertools.count()  # two pools in one process get two groups (slot numbers overlap)
 SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache")
 
 
@@ -141,13 +143,14 @@ class PidsCgroup:
 
     def __init__(self, root: str, relative: str, version: int, limit: int):
         self.root, self.relative, self.version, self.limit = root, relative, version, limit
+        self.prepared: set[int] = set()
 
     @classmethod
     def create(cls, limit: int) -> tuple[PidsCgroup | None, str]:
         """A fresh group for this server process, or (None, why not)."""
         reasons = []
         for version, base, relative in cls._candidates():
-            name = f"mechsandbox-{os.getpid()}"
+            name = f"mechsandbox-{os.getpid()}-{next(_POOL_NUMBERS)}"
             cls._remove_stale(base)
             try:
                 if version == 2:
@@ -190,15 +193,18 @@ class PidsCgroup:
         """Groups left by servers that died without closing their pool (SIGKILL)."""
         with contextlib.suppress(OSError):
             for name in os.listdir(base):
-                if name.startswith("mechsandbox-") and name[12:].isdigit() and not os.path.exists(f"/proc/{name[12:]}"):
+                owner = name.split("-")[1] if name.startswith("mechsandbox-") else ""
+                if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
                     _remove_tree(os.path.join(base, name))
 
     def prepare_slot(self, slot: int) -> None:
+        if slot in self.prepared:
+            return
         path = os.path.join(self.root, f"slot-{slot}")
-        if not os.path.isdir(path):
-            os.mkdir(path)
+        os.makedirs(path, exist_ok=True)
         with open(os.path.join(path, "pids.max"), "w") as f:
             f.write(str(self.limit))
+        self.prepared.add(slot)
 
     def kill_slot(self, slot: int) -> None:
         """SIGKILL what is left in a slot's group, never a process outside it (pidfd, checked membership)."""
