@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, jail
 from mechsandbox.server.sandbox import pool as pool_module
 from mechsandbox.server.sandbox.pool import SandboxUnavailable
 
@@ -284,3 +284,12 @@ def test_require_namespaces_refuses_to_start_without_them() -> None:
     settings = SandboxSettings(pool_size=0, namespaces=False, require=("namespaces",))
     with pytest.raises(SandboxUnavailable, match="namespaces: skipped: disabled by configuration"):
         SandboxPool(settings).start()
+
+
+def test_without_a_pids_controller_the_pool_says_so(monkeypatch) -> None:
+    monkeypatch.setattr(jail.PidsCgroup, "_candidates", staticmethod(lambda: []))
+    with SandboxPool(SandboxSettings(pool_size=0)) as p:
+        status = p.status()
+    assert status["layers"]["pids"].startswith("skipped: no pids cgroup controller; RLIMIT_NPROC 64 instead")
+    assert status["pids_cgroup"] == "no pids cgroup controller is mounted"
+    assert status["layers"]["namespaces"] == "active"
