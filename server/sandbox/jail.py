@@ -146,8 +146,12 @@ class PidsCgroup:
         self.prepared: set[int] = set()
 
     @classmethod
-    def create(cls, limit: int) -> tuple[PidsCgroup | None, str]:
-        """A fresh group for this server process, or (None, why not)."""
+    def create(cls, limit: int, slots: int) -> tuple[PidsCgroup | None, str]:
+        """A fresh group for this pool, or (None, why not).
+
+        The pool's group is capped too (``limit`` x ``slots``): a worker that kept uid 0 (no uid drop)
+        owns the group's files, and were Landlock gone as well, it could move itself up a level.
+        """
         reasons = []
         for version, base, relative in cls._candidates():
             name = f"mechsandbox-{os.getpid()}-{next(_POOL_NUMBERS)}"
@@ -161,6 +165,8 @@ class PidsCgroup:
                 if version == 2:
                     with open(os.path.join(path, "cgroup.subtree_control"), "w") as f:
                         f.write("+pids")
+                with open(os.path.join(path, "pids.max"), "w") as f:
+                    f.write(str(limit * slots))
                 return cls(path, os.path.join(relative, name), version, limit), f"cgroup v{version}"
             except OSError as exc:
                 reasons.append(f"cgroup v{version} at {base}: {exc.strerror or exc}")

@@ -307,7 +307,7 @@ class SandboxPool:
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> SandboxPool:
-        self.pids_cgroup, pids_detail = jail.PidsCgroup.create(self.settings.max_pids)
+        self.pids_cgroup, pids_detail = jail.PidsCgroup.create(self.settings.max_pids, self.settings.max_workers)
         self.zygote = ZygoteProcess(self.settings, self.workdir, self.pids_cgroup)
         first = self._spawn()
         self.isolation = {**first.isolation, "namespaces": self.zygote.namespaces, "pids_cgroup": pids_detail}
