@@ -11,9 +11,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     MECHSANDBOX_HOST=0.0.0.0 \
     PORT=8000
 
-# libseccomp2 for the sandbox's seccomp layer (Landlock needs no library).
+# libseccomp2 for the sandbox's seccomp layer (Landlock needs no library); bubblewrap for its jail
+# (namespaces; used where the container may create them, else /health says why not: docs/SANDBOX.md).
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends libseccomp2 \
+    && apt-get install -y --no-install-recommends libseccomp2 bubblewrap \
     && rm -rf /var/lib/apt/lists/*
 
 COPY . /tmp/mechsandbox-src

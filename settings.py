@@ -36,7 +36,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar, Self, TypeVar
 
 PREFIX = "MECHSANDBOX_"
-KNOWN_LAYERS = ("rlimits", "uid", "landlock", "seccomp")
+KNOWN_LAYERS = ("rlimits", "uid", "landlock", "seccomp", "namespaces", "pids")
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's names
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -295,6 +295,8 @@ class SandboxSettings(_EnvSettings):
     landlock: bool = setting(True, "Landlock layer (switch off for diagnosis only)")
     seccomp: bool = setting(True, "seccomp layer (switch off for diagnosis only)")
     rlimits: bool = setting(True, "resource-limit layer (switch off for diagnosis only)")
+    namespaces: bool = setting(True, "run the zygote and workers in their own namespaces (bubblewrap) when possible")
+    max_pids: int = setting(64, "processes and threads per worker (pids cgroup; RLIMIT_NPROC where none)", minimum=8)
     require: tuple[str, ...] = setting((), "layers that must be active, else the pool refuses to start",
                                        choices=KNOWN_LAYERS, items="layers")  # fmt: skip
     output_cap: int = setting(64 * 1024, "bytes of stdout kept per snippet", minimum=1)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 from helpers import cached_instance
-from mechsandbox.evaluation.procfs import is_gone
+from mechsandbox.evaluation.procfs import cmdline, is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
 
 SECRET_ENV = "MECHSANDBOX_TEST_SALT"
@@ -46,11 +46,14 @@ def test_zygote_is_a_fresh_interpreter_with_a_scrubbed_environment(pool) -> None
     with open(f"/proc/{zygote.pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
     assert b"mechsandbox.server.sandbox.zygote" in argv and b"-I" in argv
-    assert int(_status(zygote.pid)["PPid"]) == os.getpid()
+    parent = int(_status(zygote.pid)["PPid"])  # the server, or the bubblewrap that the server started
+    if parent != os.getpid():
+        assert cmdline(parent).split(b"\0", 1)[0].endswith(b"bwrap") and int(_status(parent)["PPid"]) == os.getpid()
     with open(f"/proc/{zygote.pid}/environ", "rb") as f:
         keys = {item.split(b"=", 1)[0].decode() for item in f.read().split(b"\0") if item}
     assert SECRET_ENV not in keys and "HF_TOKEN" not in keys
     allowed = {"PATH", "LANG", "LC_ALL", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED"}
+    allowed.add("PWD")  # bubblewrap sets it to the (empty) working directory
     assert all(k in allowed or k.startswith("OPENBLAS_") for k in keys), keys
     if "OPENBLAS_CORETYPE" in os.environ:
         assert "OPENBLAS_CORETYPE" in keys

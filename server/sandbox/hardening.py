@@ -1,7 +1,8 @@
 """Process hardening applied by a freshly forked worker before it touches any session data.
 
 Order matters: things that need privileges or file access (process group, closing inherited fds,
-``/dev/null`` on 1 and 2, an empty working directory, rlimits, ``oom_score_adj``) come first; then
+``/dev/null`` on 1 and 2, an empty working directory, joining the slot's pids cgroup, rlimits,
+``oom_score_adj``) come first; then
 the optional drop to a per-slot uid (which clears the parent-death signal, so it is set again and
 the parent re-checked); then Landlock; seccomp last, because it forbids the set*id calls used before.
 
@@ -41,6 +42,8 @@ class HardeningConfig:
     seccomp: bool = True
     rlimits: bool = True
     read_paths: tuple[str, ...] = field(default_factory=tuple)
+    pids_cgroup: str = ""  # the pool's pids cgroup as this process sees it; "" = none could be had
+    max_pids: int = 64
 
 
 def library_paths() -> tuple[str, ...]:
@@ -126,8 +129,27 @@ def drop_privileges(cfg: HardeningConfig, slot: int) -> str:
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
-    resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+    resource.setrlimit(resource.RLIMIT_NPROC, (cfg.max_pids, cfg.max_pids))
     return "active"
+
+
+def join_pids_cgroup(cfg: HardeningConfig, slot: int) -> str:
+    """Move this (still single-threaded) process into its slot's pids cgroup, capped at ``max_pids``.
+
+    Where no pids controller could be had, RLIMIT_NPROC is the fallback: it counts per uid, so it
+    only binds with the uid drop (the kernel exempts uid 0), and the report says so.
+    """
+    if cfg.pids_cgroup:
+        try:
+            with open(os.path.join(cfg.pids_cgroup, f"slot-{slot}", "cgroup.procs"), "w") as f:
+                f.write("0")
+            return "active"
+        except OSError as exc:
+            why = f"joining the pids cgroup failed ({exc.strerror or exc})"
+    else:
+        why = "no pids cgroup controller"
+    resource.setrlimit(resource.RLIMIT_NPROC, (cfg.max_pids, cfg.max_pids))
+    return f"skipped: {why}; RLIMIT_NPROC {cfg.max_pids} instead (per uid, void for uid 0)"
 
 
 def drop_capabilities() -> None:
@@ -153,6 +175,10 @@ def harden(cfg: HardeningConfig, slot: int, keep_fd: int, parent: int) -> dict[s
     report: dict[str, str] = {}
     isolate_process(keep_fd, cfg.workdir)
     set_parent_death_signal(parent)
+    try:
+        report["pids"] = join_pids_cgroup(cfg, slot)
+    except (OSError, ValueError) as exc:
+        report["pids"] = f"failed: {exc}"
     if cfg.rlimits:
         try:
             apply_rlimits(cfg)

@@ -7,6 +7,13 @@ inside the worker (a snippet can swallow any exception), so the server kills the
 group from outside and the session gets a fresh worker next time (``namespace_reset``). A watchdog
 thread polls every worker's private memory and kills the largest when the pool exceeds its budget.
 Nothing here compiles or runs snippet code.
+
+Host pids come from the kernel only (issue #13): in the jail (``jail.py``) the zygote and its
+workers live in their own PID namespace, so a pid the zygote or a worker reports would name an
+unrelated host process. The server reads the sender's pid from SCM_CREDENTIALS (the kernel
+translates it into the server's namespace), pins the process with a pidfd, checks its NSpid against
+the zygote's report, and signals only through that pidfd or through the slot's pids cgroup with
+membership checked after pinning. A worker pid number is never passed to ``kill``/``killpg``.
 """
 
 from __future__ import annotations
@@ -15,8 +22,10 @@ import contextlib
 import json
 import logging
 import os
+import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -27,6 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...jsonvalue import AnswerError, check_json_value
+from . import jail
 from .frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
@@ -117,11 +127,36 @@ def check_reply(op: str, reply: dict[str, Any], settings: SandboxSettings) -> di
     return reply
 
 
-class Worker:
-    """One sandboxed worker process, as the server sees it: a pid and a framed socket."""
+def sender_pid(sock: socket.socket) -> int:
+    """The host pid of whoever sent the next pending message, from SCM_CREDENTIALS (peeked, not read).
 
-    def __init__(self, pid: int, sock: socket.socket, slot: int):
-        self.pid, self.sock, self.slot = pid, sock, slot
+    The receiving socket must have had SO_PASSCRED set before the message was sent.
+    """
+    _data, ancillary, _flags, _addr = sock.recvmsg(1, socket.CMSG_SPACE(12), socket.MSG_PEEK)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(data) >= 12:
+            pid = struct.unpack("i", data[:4])[0]
+            if pid > 0:
+                return pid
+    raise OSError("the peer's credentials are missing")
+
+
+def namespace_pid(pid: int) -> int:
+    """The pid a host process has in its innermost PID namespace (the last NSpid field)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    raise OSError(f"process {pid} has no NSpid")
+
+
+class Worker:
+    """One sandboxed worker process, as the server sees it: a host pid, a pidfd and a framed socket."""
+
+    def __init__(self, pid: int, sock: socket.socket, slot: int, cgroup: jail.PidsCgroup | None = None):
+        self.pid, self.sock, self.slot, self.cgroup = pid, sock, slot, cgroup
+        self.pidfd: int | None = None
+        self.pidfd_lock = threading.Lock()  # the watchdog polls the pidfd while a session may close it
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
         self.seq = 0
@@ -130,8 +165,21 @@ class Worker:
     def alive(self) -> bool:
         return self.dead_reason is None
 
-    def handshake(self, timeout: float) -> None:
+    def exited(self) -> bool:
+        """True once the process is gone (its pidfd turns readable); never looks a pid up again."""
+        with self.pidfd_lock:
+            if self.pidfd is None:
+                return True
+            return bool(select.select([self.pidfd], [], [], 0)[0])
+
+    def handshake(self, timeout: float, reported_pid: int) -> None:
+        """Learn the worker's host pid from the kernel, pin it, then read its isolation report."""
         self.sock.settimeout(timeout)
+        self.pid = sender_pid(self.sock)
+        self.pidfd = os.pidfd_open(self.pid)
+        if namespace_pid(self.pid) != reported_pid:  # checked after pinning: the pid cannot be reused now
+            raise FrameError(f"process {self.pid} is not the worker the zygote forked")
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         hello, _ = recv_frame(self.sock, MAX_REPLY)
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
 
@@ -150,7 +198,13 @@ class Worker:
             reply, _, seq = recv_numbered(self.sock, MAX_REPLY)
             if seq != self.seq:
                 raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
-            return check_reply(str(message.get("op")), reply, settings)
+            retire = reply.pop("retire", None)  # the worker exits after this reply (threads outlived the snippet)
+            if retire is not None and (type(retire) is not str or len(retire) > 200):
+                raise InvalidReply("'retire' is not a short reason")
+            checked = check_reply(str(message.get("op")), reply, settings)
+            if retire:
+                self.kill(f"{retire}; namespace reset")
+            return checked
         except TimeoutError:
             self.kill(f"the snippet ran longer than the {timeout:g} s wall-clock limit")
         except (InvalidReply, MalformedFrame) as exc:
@@ -169,10 +223,17 @@ class Worker:
             return False
 
     def kill(self, reason: str) -> None:
+        """SIGKILL through the pidfd, then whatever is left in the slot's pids cgroup; close the socket."""
         if self.dead_reason is None:
             self.dead_reason = reason
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
+        with self.pidfd_lock:
+            if self.pidfd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                if self.cgroup is not None:
+                    self.cgroup.kill_slot(self.slot)
+                os.close(self.pidfd)
+                self.pidfd = None
         with contextlib.suppress(OSError):
             self.sock.close()
 
@@ -181,10 +242,24 @@ class ZygoteProcess:
     """The server's handle on the zygote (``zygote.py``, run in a child interpreter): the preloaded parent
     of every worker, started with fork+exec and a scrubbed environment."""
 
-    def __init__(self, settings: SandboxSettings, workdir: str):
-        self.settings = settings
+    def __init__(self, settings: SandboxSettings, workdir: str, cgroup: jail.PidsCgroup | None = None):
+        self.settings, self.cgroup = settings, cgroup
+        bwrap, self.namespaces = jail.probe() if settings.namespaces else (None, "skipped: disabled by configuration")
+        if bwrap is not None:
+            try:
+                self._start(workdir, bwrap)
+                return
+            except SandboxUnavailable as exc:
+                log.error("the jailed sandbox zygote did not start; starting it without namespaces: %s", exc)
+                self.namespaces = f"failed: {exc}"
+        self._start(workdir, None)
+
+    def _start(self, workdir: str, bwrap: str | None) -> None:
+        settings, cgroup = self.settings, self.cgroup
         self.lock = threading.Lock()
         control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the zygote's host pid, from the kernel
+        pids_cgroup = "" if cgroup is None else jail.JAIL_PIDS if bwrap else cgroup.root
         hardening = {
             "workdir": workdir,
             "address_space": 0,
@@ -193,10 +268,12 @@ class ZygoteProcess:
             "landlock": settings.landlock,
             "seccomp": settings.seccomp,
             "rlimits": settings.rlimits,
+            "pids_cgroup": pids_cgroup,
+            "max_pids": settings.max_pids,
         }
         config = {
             "fd": child_end.fileno(),
-            "parent": os.getpid(),
+            "parent": None if bwrap else os.getpid(),
             "hardening": hardening,
             "worker_memory": settings.worker_memory_mb * 1024 * 1024,
             "limits": {
@@ -205,9 +282,12 @@ class ZygoteProcess:
                 "test_unrestricted": settings.test_unrestricted,
             },
         }
+        argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)]
+        if bwrap is not None:
+            argv = jail.bwrap_argv(bwrap, workdir, cgroup.root if cgroup else None) + argv
         started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)],
+            argv,
             env=scrubbed_environment(),
             cwd=workdir,
             pass_fds=(child_end.fileno(),),
@@ -219,7 +299,9 @@ class ZygoteProcess:
         self.control = control
         control.settimeout(ZYGOTE_START_TIMEOUT)
         try:
+            self.pid = sender_pid(control)  # the zygote's host pid (in the jail it calls itself 1)
             ready = json.loads(control.recv(65536) or b"{}")
+            control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)  # or they crowd out SCM_RIGHTS
         except (OSError, ValueError) as exc:
             self.stop()
             raise SandboxUnavailable(f"the sandbox zygote did not start: {exc}") from None
@@ -228,7 +310,6 @@ class ZygoteProcess:
             raise SandboxUnavailable(f"the sandbox zygote did not start (exit code {self.process.poll()})")
         control.settimeout(30.0)
         self.start_seconds = time.perf_counter() - started
-        self.pid = int(ready["pid"])
         self.address_space = int(ready["address_space"])
 
     @property
@@ -238,6 +319,8 @@ class ZygoteProcess:
     def spawn(self, slot: int) -> Worker:
         with self.lock:
             try:
+                if self.cgroup is not None:
+                    self.cgroup.prepare_slot(slot)
                 self.control.send(json.dumps({"op": "spawn", "slot": slot}).encode())
                 data, fds, _flags, _addr = socket.recv_fds(self.control, 65536, 1)
             except OSError as exc:
@@ -245,9 +328,9 @@ class ZygoteProcess:
         if not data or not fds:
             raise SandboxUnavailable("the sandbox zygote closed its control socket")
         info = json.loads(data)
-        worker = Worker(int(info["pid"]), socket.socket(fileno=fds[0]), slot)
+        worker = Worker(0, socket.socket(fileno=fds[0]), slot, self.cgroup)
         try:
-            worker.handshake(timeout=30.0)
+            worker.handshake(timeout=30.0, reported_pid=int(info["pid"]))
         except (FrameError, OSError):
             worker.kill("the worker failed to start")
             raise SandboxUnavailable("a sandbox worker failed to start") from None
@@ -292,13 +375,15 @@ class SandboxPool:
         self.memory_kills = 0
         self.zygote_restarts = 0
         self.threads: list[threading.Thread] = []
+        self.pids_cgroup: jail.PidsCgroup | None = None
 
     # --- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> SandboxPool:
-        self.zygote = ZygoteProcess(self.settings, self.workdir)
+        self.pids_cgroup, pids_detail = jail.PidsCgroup.create(self.settings.max_pids, self.settings.max_workers)
+        self.zygote = ZygoteProcess(self.settings, self.workdir, self.pids_cgroup)
         first = self._spawn()
-        self.isolation = dict(first.isolation)
+        self.isolation = {**first.isolation, "namespaces": self.zygote.namespaces, "pids_cgroup": pids_detail}
         missing = [layer for layer in self.settings.require if self.isolation.get(layer) != "active"]
         if missing:
             self.close()
@@ -324,6 +409,8 @@ class SandboxPool:
             self.zygote.stop()
         for thread in self.threads:
             thread.join(timeout=2)
+        if self.pids_cgroup is not None:
+            self.pids_cgroup.remove()
         with contextlib.suppress(OSError):
             os.rmdir(self.workdir)
 
@@ -343,6 +430,7 @@ class SandboxPool:
             "layers": layers,
             "active": [k for k, v in layers.items() if v == "active"],
             "landlock_abi": self.isolation.get("landlock_abi"),
+            "pids_cgroup": self.isolation.get("pids_cgroup"),
             "warm_workers": len(self.warm),
             "workers": len(self.workers),
             "memory_kills": self.memory_kills,
@@ -389,7 +477,7 @@ class SandboxPool:
             self.warm.clear()
         self.zygote.stop()
         try:
-            self.zygote = ZygoteProcess(self.settings, self.workdir)
+            self.zygote = ZygoteProcess(self.settings, self.workdir, self.pids_cgroup)
             self.zygote_restarts += 1
         except SandboxUnavailable as exc:
             log.error("sandbox zygote restart failed: %s", exc)
@@ -405,7 +493,8 @@ class SandboxPool:
                 try:
                     worker = self._spawn()
                 except SandboxUnavailable as exc:
-                    log.warning("sandbox refill failed: %s", exc)
+                    if not self.closed.is_set():  # a spawn that races close() is expected to fail
+                        log.warning("sandbox refill failed: %s", exc)
                     time.sleep(0.5)
                     break
                 with self.lock:
@@ -418,7 +507,7 @@ class SandboxPool:
                 workers = list(self.workers.values())
             usage = {w: private_memory(w.pid) for w in workers if w.alive}
             for worker in workers:
-                if worker.alive and not os.path.exists(f"/proc/{worker.pid}"):
+                if worker.alive and worker.exited():
                     worker.dead_reason = "the worker process died (crash or forced exit)"
             if sum(usage.values()) > budget and usage:
                 largest = max(usage, key=usage.__getitem__)

@@ -6,6 +6,14 @@ fork, open sockets, trace or signal other processes, read their memory, load ker
 change namespaces. libseccomp resolves syscall names per architecture. ``clone3`` answers ENOSYS
 so that glibc falls back to ``clone``, whose CLONE_THREAD flag the filter can inspect (threads
 pass, fork fails). ``kill``/``tgkill`` pass only for the worker's own pid.
+
+Why the metadata and watch calls are here too (issue #13): Landlock has no right for file
+metadata, so an escaped root worker could chmod (setuid bits), chown, utime and setxattr host files;
+inotify watches on host folders reported other processes' file accesses; ``sysinfo`` describes the
+host. ``prctl`` passes only for a short allowlist (thread names, reads of the worker's own state):
+clearing the parent-death signal, making the worker dumpable or changing its memory layout answer
+EPERM. libseccomp allows one comparison per argument and rule, so "option not in the allowlist" is
+written as a few masked-equality rules over aligned blocks of the forbidden values (``_blocks``).
 """
 
 from __future__ import annotations
@@ -18,7 +26,10 @@ import os
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 CLONE_THREAD = 0x00010000
-CMP_NE, CMP_MASKED_EQ = 1, 7
+CMP_NE, CMP_LT, CMP_GT, CMP_MASKED_EQ = 1, 2, 6, 7
+# PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP, PR_CAPBSET_READ,
+# PR_GET_NO_NEW_PRIVS, PR_GET_THP_DISABLE: what Python, glibc and torch's threads call.
+PRCTL_ALLOWED = (2, 3, 15, 16, 21, 23, 39, 42)
 
 DENIED = [
     "execve",
@@ -83,7 +94,64 @@ DENIED = [
     "mbind",
     "kcmp",
     "lookup_dcookie",
+    # file metadata: Landlock cannot refuse these
+    "chmod",
+    "fchmod",
+    "fchmodat",
+    "fchmodat2",
+    "chown",
+    "fchown",
+    "lchown",
+    "fchownat",
+    "utime",
+    "utimes",
+    "utimensat",
+    "futimesat",
+    "setxattr",
+    "lsetxattr",
+    "fsetxattr",
+    "setxattrat",
+    "removexattr",
+    "lremovexattr",
+    "fremovexattr",
+    "removexattrat",
+    "getxattr",
+    "lgetxattr",
+    "fgetxattr",
+    "getxattrat",
+    "listxattr",
+    "llistxattr",
+    "flistxattr",
+    "listxattrat",
+    # watching other processes' file activity, describing the host
+    "inotify_init",
+    "inotify_init1",
+    "inotify_add_watch",
+    "fanotify_mark",
+    "sysinfo",
 ]
+
+
+def _blocks(low: int, high: int) -> list[tuple[int, int]]:
+    """[low, high] as aligned power-of-two blocks: (mask, value) pairs for CMP_MASKED_EQ."""
+    out = []
+    while low <= high:
+        size = low & -low if low else 1 << 63
+        while size > high - low + 1:
+            size >>= 1
+        out.append(((~(size - 1)) & 0xFFFFFFFFFFFFFFFF, low))
+        low += size
+    return out
+
+
+def prctl_denied_blocks() -> list[tuple[int, int]]:
+    """The forbidden ``prctl`` options between the allowed ones (the tail is one CMP_GT rule)."""
+    out, low = [], 0
+    for allowed in PRCTL_ALLOWED:
+        if low < allowed:
+            out += _blocks(low, allowed - 1)
+        low = allowed + 1
+    return out
 
 
 class _ArgCmp(ctypes.Structure):
@@ -156,6 +224,9 @@ def install() -> int:
         add("kill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("tgkill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("prlimit64", eperm, _ArgCmp(0, CMP_NE, 0, 0))
+        add("prctl", eperm, _ArgCmp(0, CMP_GT, PRCTL_ALLOWED[-1], 0))
+        for mask, value in prctl_denied_blocks():
+            add("prctl", eperm, _ArgCmp(0, CMP_MASKED_EQ, mask, value))
         rc = lib.seccomp_load(ctypes.c_void_p(ctx))
         if rc < 0:
             raise OSError(-rc, "seccomp_load failed")

@@ -4,6 +4,13 @@ A worker is forked from the zygote, so torch, numpy, the facades and the public 
 (``mechsandbox.arch``) are already in memory (copy-on-write) and spawning costs milliseconds. It
 holds one session's namespace. It never writes to fds 1 and 2 (both are /dev/null) and it exits with
 ``os._exit`` so that nothing inherited from the zygote (atexit handlers, buffered files) runs.
+
+Threads a snippet starts must not outlive its step (issue #13: one worker had 800 threads alive at
+the next step). Python cannot stop a thread, so after each snippet the worker counts its OS threads
+(the link count of ``/proc/self/task`` is 2 plus the threads; Landlock does not govern ``stat``)
+against the count it had when it became ready; if some are still there after a short grace period,
+the reply carries ``retire``, the worker exits, and the session continues in a fresh worker
+(``namespace_reset``).
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from typing import Any
 
 from .facade import Facade
@@ -22,6 +30,7 @@ from .warmup import warm_up
 
 MAX_REQUEST_JSON = 1024 * 1024
 MAX_MODEL_BYTES = 512 * 1024 * 1024
+THREAD_GRACE_SECONDS = 0.05  # a joined thread may take a moment to leave the kernel's task list
 
 
 def _reply(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -45,13 +54,34 @@ def serve(
         report = harden(cfg, slot, sock.fileno(), parent)
         runtime = Runtime(facades, output_cap=limits["output_cap"], error_cap=limits["error_cap"])
         warm_up(facades, warm_up_payloads or [], None)  # pre-fault a first load while waiting in the pool
+        own_threads = _threads()
         send_frame(sock, {"isolation": report})
         while True:
             message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
-            _reply(sock, handle(runtime, message, blob, limits))
+            reply = handle(runtime, message, blob, limits)
+            extra = _extra_threads(own_threads) if message.get("op") in ("run", "unrestricted") else 0
+            if extra:
+                reply["retire"] = f"the snippet left {extra} thread(s) running"
+            _reply(sock, reply)
+            if extra:
+                break
     except BaseException:  # EOF, a broken pipe or anything else: never fall back into zygote code
         pass
     os._exit(0)
+
+
+def _threads() -> int:
+    return os.stat("/proc/self/task").st_nlink - 2
+
+
+def _extra_threads(own: int) -> int:
+    """OS threads beyond the worker's own, after a short grace period for threads that are ending."""
+    deadline = time.monotonic() + THREAD_GRACE_SECONDS
+    while True:
+        extra = _threads() - own
+        if extra <= 0 or time.monotonic() > deadline:
+            return max(extra, 0)
+        time.sleep(0.002)
 
 
 def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[str, Any]) -> dict[str, Any]:

@@ -9,6 +9,12 @@ so lazy imports and first-call initialisation happen before any worker is sandbo
 it makes a socketpair, forks, hands the worker one end and passes the other end back to the server
 with SCM_RIGHTS. It never sees a seed, a truth or a test salt.
 
+In the jail (``jail.py``) the zygote is PID 1 of its own PID namespace and the pids it sees mean
+nothing on the host. The server's end of each worker socket therefore has SO_PASSCRED set here,
+before the fork, so the kernel attaches the worker's pid, translated into the server's namespace,
+to everything the worker sends: the server learns host pids from the kernel, never from this
+process or the worker. The pid in the spawn reply is informational (checked against NSpid).
+
 Run as ``python -I -m mechsandbox.server.sandbox.zygote '<json config>'``.
 """
 
@@ -34,7 +40,8 @@ def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
     from .hardening import HardeningConfig, library_paths, set_parent_death_signal
 
-    set_parent_death_signal(int(config["parent"]))
+    if config["parent"] is not None:  # in the jail, bwrap's --die-with-parent and PID 1 do this job
+        set_parent_death_signal(int(config["parent"]))
     control = socket.socket(fileno=int(config["fd"]))
 
     import torch
@@ -71,6 +78,7 @@ def main(argv: list[str]) -> None:
             continue
         slot = int(message["slot"])
         server_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        server_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         pid = os.fork()
         if pid == 0:
             control.close()
