@@ -12,6 +12,12 @@ VENV=${MECHSANDBOX_VENV:-.venv}
 TORCH_PIN=${MECHSANDBOX_TORCH:-torch==2.13.0}
 
 setup() {
+    # The sandbox's jail needs bubblewrap (docs/SANDBOX.md); as root on Debian, install it when missing.
+    if ! command -v bwrap >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        echo "dev.sh: installing bubblewrap (the sandbox's namespace jail)" >&2
+        (apt-get update -qq && apt-get install -y -qq --no-install-recommends bubblewrap) >/dev/null ||
+            echo "dev.sh: could not install bubblewrap; the sandbox runs without its jail" >&2
+    fi
     if [ ! -x "$VENV/bin/python" ]; then
         "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "MechSandbox needs Python 3.11+"'
         "$PY" -m venv "$VENV"

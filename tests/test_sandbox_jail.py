@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +26,13 @@ from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSetting
 from mechsandbox.server.sandbox import pool as pool_module
 from mechsandbox.server.sandbox.pool import SandboxUnavailable
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)")
+pytestmark = [
+    pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)"),
+    pytest.mark.skipif(
+        shutil.which("bwrap") is None,
+        reason="bubblewrap is not installed (apt-get install bubblewrap; .ci/run and ./dev.sh test install it as root)",
+    ),
+]
 
 PACKAGE = Path(pool_module.__file__).resolve().parents[2]  # the repository root, bound read-only in the jail
 
@@ -70,6 +77,7 @@ def _host_file(folder: Path) -> Path:
 
 METADATA_ATTACKS = """
 import os
+import shutil
 out = {}
 for name, call in [
     ("chmod", lambda p: os.chmod(p, 0o4777)),
