@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..protocol import FLOOR, clamp
+from ..protocol import FLOOR, clamp, one_line
 
 MAX_ITEMS = 4096
+MAX_MESSAGE = 240  # characters of a rejection message
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ def safe_grade(fn: Callable[[Any, dict], Grade], answer: Any, truth: dict) -> Gr
     try:
         return fn(answer, truth)
     except Rejection as exc:
-        return Grade(score=FLOOR, breakdown={}, message=str(exc), rejected=True)
+        # one short line whatever the grader put in it (an answer's huge number must not flood the message)
+        return Grade(score=FLOOR, breakdown={}, message=one_line(exc, MAX_MESSAGE), rejected=True)
     except (TypeError, ValueError, KeyError, IndexError, OverflowError, RecursionError) as exc:
         return Grade(score=FLOOR, breakdown={}, message=f"malformed answer ({type(exc).__name__})", rejected=True)
 
@@ -66,10 +68,10 @@ def as_int(value: Any, what: str) -> int:
         return value
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return int(value)
-    raise Rejection(f"{what} must be an integer, got {type(value).__name__} {_short(value)}")
+    raise Rejection(f"{what} must be an integer, got {type(value).__name__} {short_repr(value)}")
 
 
-def _short(value: Any) -> str:
+def short_repr(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
@@ -94,7 +96,7 @@ def parse_indices(answer: Any, n: int, what: str = "index", keys: tuple[str, ...
     for item in items:
         i = as_int(item, what)
         if not 0 <= i < n:
-            raise Rejection(f"{what} {_short(i)} is out of range: valid values are 0..{n - 1}")
+            raise Rejection(f"{what} {short_repr(i)} is out of range: valid values are 0..{n - 1}")
         out.add(i)
     return out
 
@@ -110,7 +112,8 @@ def parse_frequencies(answer: Any, p: int) -> set[int]:
         k = as_int(item, "frequency")
         if not 1 <= k <= p - 1:
             raise Rejection(
-                f"frequency {_short(k)} is out of range: valid values are 1..{(p - 1) // 2} (k and {p}-k are the same)"
+                f"frequency {short_repr(k)} is out of range: "
+                f"valid values are 1..{(p - 1) // 2} (k and {p}-k are the same)"
             )
         out.add(min(k, p - k))
     return out
@@ -128,11 +131,11 @@ def parse_head(item: Any) -> tuple[int, int]:
     if isinstance(item, str):
         m = _HEAD_STR.match(item) or _HEAD_TUPLE_STR.match(item)
         if not m:
-            raise Rejection(f"cannot read head {_short(item)}: {FLAT_HINT}")
+            raise Rejection(f"cannot read head {short_repr(item)}: {FLAT_HINT}")
         return int(m.group(1)), int(m.group(2))
     if isinstance(item, (list, tuple)) and len(item) == 2:
         return as_int(item[0], "layer"), as_int(item[1], "head")
-    raise Rejection(f"cannot read head {_short(item)}: {FLAT_HINT}")
+    raise Rejection(f"cannot read head {short_repr(item)}: {FLAT_HINT}")
 
 
 def head_name(layer: int, head: int) -> str:
@@ -163,7 +166,7 @@ def parse_heads(value: Any, n_layers: int, n_heads: int) -> set[tuple[int, int]]
         layer, head = parse_head(item)
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise Rejection(
-                f"head [{_short(layer)}, {_short(head)}] is out of range: "
+                f"head [{short_repr(layer)}, {short_repr(head)}] is out of range: "
                 f"layers 0..{n_layers - 1}, heads 0..{n_heads - 1}"
             )
         out.add((layer, head))
@@ -178,7 +181,7 @@ def parse_roles(value: Any, allowed: tuple[str, ...], n_layers: int, n_heads: in
     for key, role in value.items():
         (head,) = parse_heads([key], n_layers, n_heads)
         if role not in allowed:
-            raise Rejection(f"unknown role {_short(role)}: use one of {list(allowed)}")
+            raise Rejection(f"unknown role {short_repr(role)}: use one of {list(allowed)}")
         out[head] = role
     return out
 

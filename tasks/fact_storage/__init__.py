@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import Family
-from ..grading import Grade, Rejection, as_int, clamp
+from ..grading import Grade, Rejection, as_int, clamp, short_repr
 from . import generator, reference
 
 ADJACENT = 0.3  # docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3
@@ -25,7 +25,8 @@ def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
     layer, pos = as_int(layer, "layer"), as_int(pos, "position")
     if not 0 <= layer < n_layers or not 0 <= pos < n_positions:
         raise Rejection(
-            f"cell ({layer}, {pos}) is out of range: layers 0..{n_layers - 1}, positions 0..{n_positions - 1}"
+            f"cell ({short_repr(layer)}, {short_repr(pos)}) is out of range: "
+            f"layers 0..{n_layers - 1}, positions 0..{n_positions - 1}"
         )
     return layer, pos
 
