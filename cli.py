@@ -1,5 +1,5 @@
-"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]``, ``settings [--markdown]``
-and ``eval``."""
+"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]``, ``settings [--markdown]``,
+``eval`` and ``leaderboard``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,40 @@ def _eval(args: argparse.Namespace) -> int:
     return run_eval(args)
 
 
+def _leaderboard(args: argparse.Namespace) -> int:
+    """The leaderboard of a running server (``--url``) or of a results database read directly (``--db``)."""
+    from .results.leaderboard import table
+
+    try:
+        if args.db:
+            board = _board_from_database(args.db)
+        else:
+            import urllib.request
+
+            from .submission import http_base
+
+            with urllib.request.urlopen(f"{http_base(args.url)}/leaderboard", timeout=60) as response:
+                board = json.load(response)
+    except Exception as exc:  # one line, whatever failed: a URL, a database, a schema
+        print(f"mechsandbox leaderboard: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", file=sys.stderr)
+        return 2
+    print(json.dumps(board, indent=1) if args.json else table(board), end="\n" if args.json else "")
+    return 0
+
+
+def _board_from_database(url: str) -> dict:
+    from . import BENCHMARK_VERSION
+    from .results import ResultStore, leaderboard
+    from .tasks import LEVELS, families
+
+    store = ResultStore(url).open(migrate=False)  # reading never changes the schema
+    try:
+        current = {f.id: f.family_version for f in families()}
+        return leaderboard(store.runs(), store.attempts(), current, LEVELS, "", BENCHMARK_VERSION)
+    finally:
+        store.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mechsandbox", description="MechSandbox benchmark tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,9 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=20, help="episodes per task and level (default 20)")
     p.add_argument("--url", help="a running server (default: start a local one)")
     p.add_argument("--concurrency", type=int, default=4)
-    p.add_argument("--compare", nargs="*", default=[], help="other runs' output dirs, drawn as baselines")
+    p.add_argument("--compare", nargs="*", default=[], help="other runs' output dirs, drawn as baselines "
+                   "(refused unless they played the same instances)")
+    p.add_argument("--force-compare", action="store_true", help="draw --compare runs even when their instances "
+                   "differ (the differences are printed)")
+    p.add_argument("--run", help="the run's name on a fixed-salt server (default: the agent's name)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(fn=_eval)
+    p = sub.add_parser("leaderboard", help="the runs of a server or results database, ranked, with 95%% intervals")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", default="http://localhost:8000", help="a running server (default %(default)s)")
+    where.add_argument("--db", help="a results database URL instead (sqlite:///path or postgresql://...)")
+    p.add_argument("--json", action="store_true", help="print the JSON of GET /leaderboard")
+    p.set_defaults(fn=_leaderboard)
     args, _ = parser.parse_known_args(argv)
     return int(args.fn(args))
 

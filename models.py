@@ -85,6 +85,12 @@ class MechSandboxObservation(Observation):
     family_version: str | None = None
     truth: Any = Field(default=None, description="After the end of a train episode, when the server reveals it")
     feedback: str | None = Field(default=None, description="The grader's breakdown, train episodes only")
+    counted: bool | None = Field(
+        default=None,
+        description="Test split, in a run: whether this episode is the run's counted attempt at the "
+        "instance (false: a later attempt or practice, shown the floor); null when no run is involved",
+    )
+    run_id: str | None = Field(default=None, description="The run this test episode plays for, if any")
 
 
 class MechSandboxState(State):
@@ -99,3 +105,5 @@ class MechSandboxState(State):
     truncated: bool = False
     score: float | None = None
     family_version: str | None = None
+    counted: bool | None = None
+    run_id: str | None = None

@@ -256,6 +256,14 @@ class ServerSettings(_EnvSettings):
         0, "step budget of every train episode (test episodes keep the family's); 0 = the family budgets", minimum=0
     )
     log_level: str = setting("info", "uvicorn and server logging", choices=LOG_LEVELS)
+    data_dir: str = setting("./mechsandbox-data", "folder of the embedded SQLite results database (runs and counted "
+                            "attempts); an unwritable one falls back to a named temporary folder")  # fmt: skip
+    database_url: str = setting("", "results database, e.g. `postgresql://user:pw@host/db` (replicas share one "
+                                "leaderboard); empty = SQLite in `MECHSANDBOX_DATA_DIR`")  # fmt: skip
+    practice: bool = setting(False, "with a fixed salt, allow test-split resets without a run: played, never scored")
+    run_quota: int = setting(5, "runs one client may register per 24 hours (loopback exempt); 0 = no limit", minimum=0)
+    standard_set: int = setting(20, "test instances per family and level that a complete run attempts (indices 0 to "
+                                "N-1), capped at `MECHSANDBOX_TEST_INSTANCES`", minimum=1)  # fmt: skip
 
     def __post_init__(self) -> None:
         super().__post_init__()

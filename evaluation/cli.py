@@ -5,11 +5,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
 from ..agents import LLMAgent, RandomAgent, ScriptedAgent
 from ..agents.llm import client_from_env
+from ..submission import register_run, server_scoring
+from .compare import difference, instance_keys
 from .harness import Plan, parse_levels, parse_seeds, parse_tasks, run_info, run_plan
 from .local_server import LocalServer
 from .report import write_all
@@ -38,16 +41,77 @@ def run_eval(args: argparse.Namespace) -> int:
     baselines = {}
     for other in args.compare:
         summary = Path(other) / "summary.json"
-        if summary.exists():
-            data = json.loads(summary.read_text())
-            baselines[data["run"].get("agent", other)] = data
+        if not summary.exists():
+            print(f"mechsandbox eval: --compare {other}: no summary.json there", file=sys.stderr)
+            return 2
+        data = json.loads(summary.read_text())
+        baselines[str(other)] = data
+    info = run_info(make(0), args.split)
     with contextlib.ExitStack() as stack:
         url = args.url
         if not url:
             out.mkdir(parents=True, exist_ok=True)
-            url = stack.enter_context(LocalServer(log_path=out / "server.log")).url
+            env = {} if "MECHSANDBOX_DATA_DIR" in os.environ else {"MECHSANDBOX_DATA_DIR": str(out / "server-data")}
+            url = stack.enter_context(LocalServer(env=env, log_path=out / "server.log")).url
+        try:
+            scoring = server_scoring(url)
+        except (OSError, RuntimeError, ValueError) as exc:
+            print(f"mechsandbox eval: cannot read {url}/tasks: {exc}", file=sys.stderr)
+            return 2
+        info.update(salt=scoring["test_salt"], salt_fingerprint=scoring["salt_fingerprint"],
+                    instances=instance_keys(plan.resets))  # fmt: skip
+        if args.split == "test" and scoring["test_salt"] != "fixed":
+            where = "a server it started itself" if not args.url else url
+            print(f"mechsandbox eval: warning: {where} has a random test salt, so these test instances exist only "
+                  "while it runs: the scores are comparable with no other run (set MECHSANDBOX_TEST_SALT)",
+                  file=sys.stderr)  # fmt: skip
+        refusal = compare_refusal(baselines, info, args.force_compare)
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return 2
+        if args.split == "test" and scoring["test_salt"] == "fixed":
+            error = join_run(url, args.run or info["agent"], plan, info)
+            if error:
+                print(f"mechsandbox eval: could not register a run: {error}", file=sys.stderr)
+                return 2
         records = run_plan(plan, url, make, concurrency=args.concurrency)
-    summary = write_all(out, records, run_info(make(0), args.split), baselines)
+    info["instance_ids"] = sorted(r.instance_id for r in records if r.instance_id)
+    summary = write_all(out, records, info, {data["run"].get("agent", k): data for k, data in baselines.items()})
     o = summary["overall"]
     print(f"{o['episodes']} episodes, mean score {o['mean_score']:.3f} ± {o['ci95']:.3f}; report in {out}")
     return 0
+
+
+def join_run(url: str, name: str, plan: Plan, info: dict) -> str | None:
+    """Register a run on a fixed-salt server and put its token into every planned reset; the error, if any."""
+    notes = f"mechsandbox eval --agent {info['agent']}; commit {info['git_commit'][:10]}"
+    try:
+        run = register_run(url, name, info.get("model") or "", notes)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return str(exc)
+    info["run_id"] = run["run_id"]
+    print(f"mechsandbox eval: playing as {run['run_id']} (salt fingerprint {run['salt_fingerprint']})", file=sys.stderr)
+    for reset in plan.resets:
+        reset["run_token"] = run["run_token"]
+    return None
+
+
+def compare_refusal(baselines: dict[str, dict], info: dict, forced: bool) -> str | None:
+    """The message that refuses ``--compare`` baselines played on other instances (None: all comparable).
+
+    With ``--force-compare`` the differences are printed as a warning and nothing is refused.
+    """
+    problems = []
+    for where, data in baselines.items():
+        why = difference(data.get("run", {}), info["split"], info.get("salt_fingerprint"), info["instances"])
+        if why:
+            problems.append(f"--compare {where}: {why}")
+    if not problems:
+        return None
+    if forced:
+        for line in problems:
+            print(f"mechsandbox eval: warning (--force-compare): {line}", file=sys.stderr)
+        return None
+    return "mechsandbox eval: refusing to compare runs on different instances:\n  " + "\n  ".join(problems) + (
+        "\n(--force-compare draws them anyway)"
+    )

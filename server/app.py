@@ -38,6 +38,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
 from ..protocol import one_line
+from ..results import ResultsUnavailable
 from . import clients
 from .episode import EpisodeError
 from .limits import RequestLimits
@@ -47,6 +48,8 @@ from .settings import ServerSettings
 from .wire import (
     EpisodeResponse,
     ResetRequest,
+    RunRequest,
+    RunResponse,
     StepRequest,
     component_schemas,
     error_responses,
@@ -216,7 +219,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         tags=["Episodes"],
         summary="Start an episode (stateful; body optional)",
         response_model=None,
-        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 413, 422, 429, 503)},
+        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 403, 413, 422, 429, 503)},
         openapi_extra=request_body(ResetRequest, required=False),
     )
     async def reset(request: Request) -> dict[str, Any]:
@@ -279,6 +282,43 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def tasks() -> dict[str, Any]:
         return service.tasks()
 
+    @app.post(
+        "/runs",
+        tags=["Runs"],
+        summary="Register a run (one agent's attempt at the test split); returns its run_token once",
+        response_model=None,
+        responses={200: {"model": RunResponse}, **error_responses(400, 401, 413, 422, 429, 503)},
+        openapi_extra=request_body(RunRequest, required=True),
+    )
+    async def register_run(request: Request) -> dict[str, Any]:
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise EpisodeError('the run body must be a JSON object, e.g. {"agent": "my-agent", "model": "..."}')
+        try:
+            run = RunRequest.model_validate(body)
+        except ValidationError as exc:
+            return error(422, validation_message(exc))
+        client = clients.current()
+        return await run_in_threadpool(service.runs.register, run.agent, run.model, run.notes, client)
+
+    @app.get(
+        "/runs/{run_id}",
+        tags=["Runs"],
+        summary="One run's leaderboard entry (scores, coverage, versions; never its answers)",
+        responses=error_responses(401, 404, 503),
+    )
+    async def run_entry(run_id: str) -> dict[str, Any]:
+        return await run_in_threadpool(service.runs.run_entry, run_id)
+
+    @app.get(
+        "/leaderboard",
+        tags=["Runs"],
+        summary="Every run: counted mean per family and overall with 95% intervals, coverage, versions",
+        responses=error_responses(401, 503),
+    )
+    async def leaderboard() -> dict[str, Any]:
+        return await run_in_threadpool(service.runs.leaderboard)
+
     server = SharedCapServer(
         functools.partial(MechSandboxEnvironment, service=service),
         MechSandboxAction,
@@ -294,7 +334,7 @@ def create_app(service: Service | None = None) -> FastAPI:
     service.ws_ids = lambda: list(server._sessions)
     server.register_routes(app)
     drop_shadowed_routes(app)  # OpenEnv's own /reset, /step, /state and /health, behind ours
-    publish_schemas(app, (ResetRequest, StepRequest))
+    publish_schemas(app, (ResetRequest, StepRequest, RunRequest))
 
     reapers: list[asyncio.Task[None]] = []
 
@@ -327,6 +367,10 @@ def main(host: str | None = None, port: int | None = None) -> None:
     settings = ServerSettings.from_env()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = Service(settings)
+    try:  # a database that is down (or a bad URL) stops the server here, in one line, before it listens
+        service.runs.open()
+    except ResultsUnavailable as exc:
+        raise SystemExit(f"mechsandbox serve: {one_line(str(exc))}") from None
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handler it
     # found; this one turns that into a clean exit status 0 (containers and supervisors expect it).
     for sig in (signal.SIGTERM, signal.SIGINT):

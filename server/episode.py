@@ -10,13 +10,18 @@ fields are those of docs/CONTRACT.md. Rules:
 - the last step of the budget ends the episode at the floor score with ``truncated`` set;
 - nothing graded is shown before the end; after it, train episodes may show the truth and the
   grader's breakdown, test episodes only the score;
-- steps after the end are refused (``EpisodeOver``).
+- steps after the end are refused (``EpisodeOver``);
+- on the test split, a run's episode is scored by its ``Scoring`` (``runs.py``): the counted attempt's end is written
+  to the results database *before* the client sees it (if the write fails, the step is undone and refused with a
+  503, so a result is never shown and lost); an uncounted or practice episode is graded but shown the floor.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +29,13 @@ from ..jsonvalue import AnswerError, check_json_value
 from ..protocol import ACTION_FIELDS, FLOOR, clamp
 from ..tasks import Family, Instance
 from .sandbox import SandboxSession
+from .scoring import CODE_KEEP, Scoring, clip
 from .splits import InstanceRef
+
+log = logging.getLogger("mechsandbox.server")
+
+# Writes a counted attempt's end: (scoring, status, score, steps, seconds, trajectory); raises an EpisodeError.
+Recorder = Callable[[Scoring, str, float | None, int, float, list[dict[str, Any]]], None]
 
 
 class EpisodeError(Exception):
@@ -57,6 +68,9 @@ class Episode:
     last_step_at: float = 0.0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     truth: Any = field(default=None, repr=False)
+    scoring: Scoring = field(default_factory=Scoring)
+    recorder: Recorder | None = field(default=None, repr=False)
+    trajectory: list[dict[str, Any]] = field(default_factory=list, repr=False)  # kept for counted attempts only
 
     def __post_init__(self) -> None:
         self.truth = self.instance.truth
@@ -77,6 +91,8 @@ class Episode:
             "done": self.done,
             "truncated": self.truncated,
             "score": self.score,
+            "counted": self.scoring.counted,
+            "run_id": self.scoring.run_id,
         }
 
     def reset_observation(self) -> dict[str, Any]:
@@ -108,6 +124,9 @@ class Episode:
                 self.done, self.truncated, self.score = True, True, FLOOR
                 obs["reward"] = FLOOR
                 obs["error"] = obs.get("error") or "step budget used up; the episode ends at the floor score"
+            self._remember(given[0], action[given[0]], obs)
+            if self.done:
+                self._end(obs)
             self.last_activity = time.monotonic()
             if self.done:
                 self.sandbox.close()  # no more snippets can come: free the worker and the instance now
@@ -148,6 +167,41 @@ class Episode:
             self.feedback = grade.message
         return {"reward": self.score, "stdout_or_error": f"graded: score {self.score:.3f}", "error": None}
 
+    def _remember(self, kind: str, value: Any, obs: dict[str, Any]) -> None:
+        """Keep the step for the trajectory of a counted attempt (actions and outputs capped)."""
+        if self.scoring.mode != "counted":
+            return
+        if kind == "solution_target":
+            shown = value if len(repr(value)) <= CODE_KEEP else clip(repr(value))
+        else:
+            shown = clip(str(value))
+        self.trajectory.append({"step": self.step_count, "action": {kind: shown},
+                                "output": clip(obs.get("stdout_or_error") or ""), "reward": obs.get("reward"),
+                                "error": clip(obs["error"]) if obs.get("error") else None})  # fmt: skip
+
+    def _end(self, obs: dict[str, Any]) -> None:
+        """The episode just ended: write a counted attempt, hide an uncounted one's score.
+
+        When the write fails the step is undone (``done`` cleared, the step not spent) and the error raised, so
+        the client can submit again; nothing is shown that was not recorded.
+        """
+        if self.scoring.mode == "counted" and self.recorder is not None:
+            status = "truncated" if self.truncated else "graded"
+            try:
+                self.recorder(self.scoring, status, self.score, self.step_count, time.monotonic() - self.created,
+                              self.trajectory)  # fmt: skip
+            except Exception:
+                self.done, self.truncated, self.score, self.feedback = False, False, None, None
+                self.step_count -= 1
+                self.trajectory.pop()
+                raise
+        if self.scoring.hides_score:
+            graded = self.score is not None and not self.truncated
+            self.score = None
+            obs["reward"] = FLOOR
+            if graded:
+                obs["stdout_or_error"] = f"graded; not counted ({self.scoring.reason}): reward at the floor"
+
     def _invalid(self, message: str) -> dict[str, Any]:
         text = f"invalid answer (not graded, counts as a step): {message}"
         return {"reward": FLOOR, "stdout_or_error": text, "error": text}
@@ -170,7 +224,17 @@ class Episode:
             "truncated": self.truncated,
             "score": self.score,
             "family_version": self.family.family_version,
+            "counted": self.scoring.counted,
+            "run_id": self.scoring.run_id,
         }
 
     def close(self) -> None:
+        """Free the sandbox; a counted attempt left unfinished is recorded as abandoned (it counts at the floor)."""
+        if not self.done and self.scoring.mode == "counted" and self.recorder is not None:
+            self.done, self.score = True, FLOOR
+            try:
+                self.recorder(self.scoring, "abandoned", FLOOR, self.step_count, time.monotonic() - self.created,
+                              self.trajectory)  # fmt: skip
+            except Exception as exc:  # the row stays open, which the leaderboard also counts at the floor
+                log.warning("could not record abandoned attempt %s: %s", self.scoring.attempt_id, exc)
         self.sandbox.close()

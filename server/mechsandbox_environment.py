@@ -49,10 +49,11 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         task_level: str | None = None,
         split: str | None = None,
         index: int | None = None,
+        run_token: str | None = None,
         **kwargs: Any,
     ) -> MechSandboxObservation:
         params = {"seed": seed, "task_id": task_id, "level": level, "task_level": task_level, "split": split,
-                  "index": index, **kwargs}  # fmt: skip
+                  "index": index, "run_token": run_token, **kwargs}  # fmt: skip
         params = {k: v for k, v in params.items() if v is not None}
         if self.expired:  # a WebSocket outliving its reaped session would otherwise run uncounted episodes
             raise EpisodeError("this session has expired (idle, or never reset in time); open a new one")

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import BENCHMARK_VERSION
+from ..results import RunInfo
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
 from .instance_cache import InstanceCache
+from .runs import Runs
 from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
 from .settings import ServerSettings
 from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_ref
@@ -32,7 +34,7 @@ from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_re
 log = logging.getLogger("mechsandbox.server")
 
 FINISHED_KEEP_S = 120.0  # a finished HTTP episode stays readable through /state this long
-RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "episode_id")
+RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "run_token", "episode_id")
 
 
 class CapacityError(EpisodeError):
@@ -69,6 +71,7 @@ class Service:
         else:
             self.salt = secrets.token_bytes(32)
             self.salt_is_random = True
+        self.runs = Runs(self.settings, self.salt, self.salt_is_random)
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -78,6 +81,8 @@ class Service:
                 "MECHSANDBOX_TEST_SALT is not set: a random test salt is in use, so test-split instances and "
                 "results are NOT comparable across restarts or replicas. Set it for any leaderboard run."
             )
+        self.runs.warn_about_salt(self.settings.test_salt)
+        self.runs.open()
         self.pool.start()
         threading.Thread(target=self._reap_loop, name="episode-reaper", daemon=True).start()
         return self
@@ -90,6 +95,7 @@ class Service:
         for episode in episodes:
             episode.close()
         self.pool.close()
+        self.runs.close()
 
     # --- episodes ------------------------------------------------------------------------------
 
@@ -129,17 +135,30 @@ class Service:
     def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL) -> Episode:
         """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does)."""
         ref = self.resolve(params)
+        run = self.runs.check_reset(ref.split, params.get("run_token"))
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
         if transport != "http":
-            return self._new_episode(ref, transport)
+            return self._scored(self._new_episode(ref, transport), run)
         if self.total_sessions() >= self.settings.session_cap:
             raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
         ticket = self.admit(client)
         try:
-            return self._new_episode(ref, transport, client)
+            return self._scored(self._new_episode(ref, transport, client), run)
         finally:
             self.release(ticket)
+
+    def _scored(self, episode: Episode, run: RunInfo | None) -> Episode:
+        """Claim the run's attempt for a live episode (after every check that could still refuse it)."""
+        try:
+            episode.scoring = self.runs.scoring(episode.ref, run, episode.family.family_version)
+        except EpisodeError:
+            with self.lock:
+                self.http.pop(episode.episode_id, None)
+            episode.close()
+            raise
+        episode.recorder = self.runs.finish
+        return episode
 
     def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL) -> Episode:
         cached = self.cache.get(ref.task_id, ref.seed, ref.level)
@@ -272,6 +291,9 @@ class Service:
             "benchmark_version": BENCHMARK_VERSION,
             "train_max_steps": self.settings.train_max_steps or "family budgets",
             "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else "fixed",
+            "salt_fingerprint": self.runs.fingerprint,
+            "results_database": self.runs.backend(),
+            "runs_required": not self.salt_is_random and not self.settings.practice,
         }
 
     def tasks(self) -> dict[str, Any]:
@@ -280,5 +302,9 @@ class Service:
             "default_task": self.settings.default_task,
             "splits": list(SPLITS),
             "test_instances_per_level": self.settings.test_instances,
+            "standard_set_per_level": min(self.settings.standard_set, self.settings.test_instances),
+            "test_salt": "random" if self.salt_is_random else "fixed",
+            "salt_fingerprint": self.runs.fingerprint,
+            "runs_required": not self.salt_is_random and not self.settings.practice,
             "tasks": [f.card() for f in families()],
         }

@@ -56,3 +56,12 @@ def heldout_ref(salt: bytes, task_id: str, level: str, index: int) -> InstanceRe
         heldout_instance_id(salt, task_id, level, index),
         index,
     )
+
+
+def salt_fingerprint(salt: bytes) -> str:
+    """A short public name for a salt (12 hex digits): two servers with the same fingerprint serve the same test set.
+
+    It is an HMAC under the salt, so it says nothing about the salt that the public ``instance_id``s do not already
+    say; a salt that can be guessed is weak for those too (the server warns about short salts at start-up).
+    """
+    return hmac.new(salt, b"mechsandbox/salt-fingerprint", hashlib.sha256).hexdigest()[:12]

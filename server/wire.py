@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.json_schema import models_json_schema
 
 from ..models import MechSandboxAction, MechSandboxObservation
+from ..results.schema import MAX_AGENT, MAX_NOTES
 from ..tasks import LEVELS
 from .splits import SPLITS, TRAIN_SEED_LIMIT
 
@@ -51,6 +52,12 @@ class ResetRequest(BaseModel):
     index: int = Field(
         default=0, ge=0, description="Test split: which held-out instance, below GET /tasks test_instances_per_level"
     )
+    run_token: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Test split: the token POST /runs returned; the run's first episode of an instance is counted",
+    )
     episode_id: str | None = Field(default=None, description="Ignored: the server issues the episode_id")
 
     @model_validator(mode="after")
@@ -58,6 +65,30 @@ class ResetRequest(BaseModel):
         if self.split == "test" and self.seed is not None:
             raise ValueError("test instances are chosen by index, not seed")
         return self
+
+
+class RunRequest(BaseModel):
+    """Body of POST /runs: who is playing. The answer's ``run_token`` goes into every test-split reset."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"examples": [{"agent": "my-agent", "model": "Qwen/Qwen2.5-72B-Instruct", "notes": "v3"}]},
+    )
+
+    agent: str = Field(min_length=1, max_length=MAX_AGENT, description="The agent's name (shown on the leaderboard)")
+    model: str = Field(default="", max_length=MAX_AGENT, description="The model behind it, if any")
+    notes: str = Field(default="", max_length=MAX_NOTES, description="Free text: prompt version, settings, a link")
+
+
+class RunResponse(BaseModel):
+    """Answer of POST /runs. The token is shown once: the server stores only its hash."""
+
+    run_id: str
+    run_token: str = Field(description="Secret: pass it as run_token in test-split resets")
+    salt_fingerprint: str = Field(description="Names the test set this run plays (a hash, never the salt)")
+    benchmark_version: str
+    standard_set: dict[str, Any] = Field(description="What a complete run attempts: instances per level, levels, tasks")
 
 
 class StepRequest(BaseModel):
@@ -92,12 +123,13 @@ class ErrorDetail(BaseModel):
 ERRORS = {
     400: "Bad request: not JSON, not an object, an invalid reset field, or no episode_id",
     401: "Missing or wrong bearer token (only when the server has one)",
-    404: "Unknown or expired episode_id",
+    403: "A run is needed (test split on a fixed-salt server) or the run_token is unknown",
+    404: "Unknown or expired episode_id (or run_id)",
     409: "The episode is over",
     413: "The request body is larger than the server's limit",
     422: "An invalid action, or JSON nested too deeply",
-    429: "The session cap or the step rate limit was reached",
-    503: "The sandbox is not available right now",
+    429: "The session cap, the step rate limit or the run registration quota was reached",
+    503: "The sandbox or the results database is not available right now (nothing was counted; retry)",
 }
 
 

@@ -4,7 +4,8 @@ tests/ on the path).
 Two things here serve the whole run, whether it is one process or several pytest-xdist workers:
 
 - the instance cache folder (``helpers.cached_instance``): created by the controlling process before
-  any worker starts, handed down through the environment, removed when the run ends;
+  any worker starts, handed down through the environment, removed when the run ends; likewise the
+  results folder (``MECHSANDBOX_DATA_DIR``) of the servers the tests start, so none writes into the checkout;
 - the per-file time budget (``tests/time_budget.json``): the run adds up each file's setup, call and
   teardown seconds and prints a table at the end, flagging every file over its budget, so the next
   change that makes the suite slower is seen where it happens. ``.ci/run`` shows that table.
@@ -26,6 +27,7 @@ from helpers import FAMILY_IDS, INSTANCE_CACHE_ENV, shared_pool
 from mechsandbox.tasks import LEVELS, Family, get_family
 
 BUDGET_FILE = Path(__file__).with_name("time_budget.json")
+RESULTS_ENV = "MECHSANDBOX_DATA_DIR"
 _CONFIG: dict[str, pytest.Config] = {}  # the run's config, for the report hook (which is not given it)
 
 
@@ -55,6 +57,11 @@ def pytest_configure(config: pytest.Config) -> None:
         folder = tempfile.mkdtemp(prefix="mechsandbox-instances-")
         os.environ[INSTANCE_CACHE_ENV] = folder  # inherited by the xdist workers started after this
         config._instance_cache_dir = folder  # type: ignore[attr-defined]
+    if _is_controller(config) and not os.environ.get(RESULTS_ENV):
+        # Servers the tests start with a fixed salt keep their results database here, never in the checkout.
+        results = tempfile.mkdtemp(prefix="mechsandbox-results-")
+        os.environ[RESULTS_ENV] = results
+        config._results_dir = results  # type: ignore[attr-defined]
     if not _is_controller(config):
         # One intra-op thread per xdist worker: the workers already use every core, and the models
         # are small, so more threads only add synchronisation (artifacts must not depend on it:
@@ -70,6 +77,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder:
         shutil.rmtree(folder, ignore_errors=True)
         os.environ.pop(INSTANCE_CACHE_ENV, None)
+    results = getattr(config, "_results_dir", None)
+    if results:
+        shutil.rmtree(results, ignore_errors=True)
+        os.environ.pop(RESULTS_ENV, None)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -53,6 +53,9 @@ def test_output_files_have_the_documented_shapes(runs) -> None:
     assert set(summary["overall"]) == {"mean_score", "ci95", "episodes"} and summary["overall"]["episodes"] == 18
     run = summary["run"]
     assert {"agent", "model", "temperature", "prompt_version", "git_commit", "benchmark_version"} <= set(run)
+    assert run["salt"] == "fixed" and len(run["salt_fingerprint"]) == 12 and run["run_id"].startswith("run-")
+    assert sorted(run["instance_ids"]) == sorted(r["instance_id"] for r in rows)
+    assert len(run["instances"]) == 18 and "copy-head/hard/test:2" in run["instances"]
     assert "| copy-head |" in (path / "summary.md").read_text()
     png = (path / "scores.png").read_bytes()
     assert png.startswith(b"\x89PNG") and len(png) > 2000
@@ -65,6 +68,29 @@ def test_small_calibration(runs) -> None:
         assert entry["mean_score"] >= 0.95, task_id
         assert entry["mean_score"] - random["tasks"][task_id]["mean_score"] >= 0.7, task_id
     assert random["overall"]["mean_score"] <= 0.2
+
+
+def test_runs_on_a_fixed_salt_server_land_on_its_leaderboard(server, runs) -> None:
+    scripted = json.loads((runs["scripted"] / "summary.json").read_text())["run"]
+    with server.http() as http:
+        entry = http.get(f"/runs/{scripted['run_id']}").json()
+    assert entry["agent"] == "scripted" and entry["episodes"] == 18 and entry["complete"] is False
+    assert entry["overall"] >= 0.95
+    shown = subprocess.run([sys.executable, "-m", "mechsandbox.cli", "leaderboard", "--url", server.url],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if scripted["run_id"] in line)
+    assert "scripted" in line and "partial" in line and f"{entry['overall']:.3f}" in line
+
+
+def test_compare_refuses_runs_on_other_instances(server, runs, tmp_path) -> None:
+    cmd = [*CLI, "--agent", "random", "--tasks", "dead-neurons", "--level", "easy", "--episodes", "2",
+           "--url", server.url, "--out", str(tmp_path), "--compare", str(runs["scripted"])]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "refusing to compare" in done.stderr
+    assert "16 only in it" in done.stderr and not (tmp_path / "results.jsonl").exists()
+    forced = subprocess.run([*cmd, "--force-compare"], capture_output=True, text=True, timeout=300)
+    assert forced.returncode == 0 and "warning (--force-compare)" in forced.stderr
 
 
 def test_train_split_with_seed_range(server, tmp_path) -> None:
@@ -104,3 +130,5 @@ def test_starts_its_own_server_without_url(tmp_path) -> None:
     assert (tmp_path / "server.log").exists()
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 2 and all(r["error"] is None and r["instance_id"].startswith("test-") for r in rows)
+    assert "random test salt" in done.stderr  # its own server's scores are comparable with nothing
+    assert json.loads((tmp_path / "summary.json").read_text())["run"]["salt"] == "random"

@@ -108,3 +108,22 @@ def test_missing_key_and_unreachable_environment(tmp_path) -> None:
     assert list(episodes) == TASKS and len(llm.calls) >= 1
     for ep in episodes.values():
         assert ep["end"][:3] == ("false", "1", "0.010") and ep["steps"][0][4] != "null"
+
+
+def test_the_test_split_on_a_fixed_salt_server_plays_a_run(tmp_path) -> None:
+    from mechsandbox.server.splits import heldout_ref
+
+    salt = "inference-fixed-salt-0123456789"
+    ref = heldout_ref(salt.encode(), "dead-neurons", "easy", 0)
+    answer = json.dumps(get_family("dead-neurons").generate(ref.seed, "easy").truth["indices"])
+    with running_server(tmp_path, MECHSANDBOX_TEST_SALT=salt) as server, FakeLLM({"dead-neurons": answer}) as llm:
+        env = {**common_env(llm), "TASKS": "dead-neurons", "SPLIT": "test", "HF_TOKEN": "x", "ENV_URL": server.url,
+               "RUN_NAME": "inference-test"}  # fmt: skip
+        lines, stderr = run_inference(env)
+        episodes = parse(lines)
+        assert float(episodes["dead-neurons"]["end"][2]) >= 0.95
+        run_id = re.search(r"playing as (run-[0-9a-f]+)", stderr).group(1)  # type: ignore[union-attr]
+        with server.http() as http:
+            entry = http.get(f"/runs/{run_id}").json()
+    assert entry["agent"] == "inference-test" and entry["model"] == "fake-model"
+    assert entry["episodes"] == 1 and entry["overall"] >= 0.95

@@ -139,12 +139,13 @@ def test_step_budget_ends_at_the_floor(http) -> None:
 
 
 def test_test_split_hides_seed_and_truth(http) -> None:
-    data = reset(http, task_id="dead-neurons", split="test", index=3, level="easy")
+    token = http.post("/runs", json={"agent": "test_server_http"}).json()["run_token"]  # a fixed salt needs a run
+    data = reset(http, task_id="dead-neurons", split="test", index=3, level="easy", run_token=token)
     obs = data["observation"]
     seed = heldout_seed(SALT.encode(), "dead-neurons", "easy", 3)
     assert obs["split"] == "test" and obs["instance_id"].startswith("test-")
     assert str(seed) not in json.dumps(data) and str(seed) not in obs["instance_id"]
-    again = reset(http, task_id="dead-neurons", split="test", index=3, level="easy")["observation"]
+    again = reset(http, task_id="dead-neurons", split="test", index=3, level="easy", run_token=token)["observation"]
     assert again["instance_id"] == obs["instance_id"] and again["prompt"] == obs["prompt"]
     truth = get_family("dead-neurons").generate(seed, "easy").truth
     graded = step(http, data["episode_id"], solution_target=truth["indices"])

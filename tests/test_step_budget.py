@@ -10,8 +10,11 @@ from mechsandbox.tasks import get_family
 
 
 @pytest.fixture(scope="module")
-def service():
-    svc = Service(ServerSettings(train_max_steps=3, test_salt="budget-test")).start()
+def service(tmp_path_factory):
+    # practice: a fixed-salt server refuses run-less test resets otherwise (tests/test_runs.py)
+    settings = ServerSettings(train_max_steps=3, test_salt="budget-test", practice=True,
+                              data_dir=str(tmp_path_factory.mktemp("results")))  # fmt: skip
+    svc = Service(settings).start()
     yield svc
     svc.stop()
 

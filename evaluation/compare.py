@@ -1,0 +1,46 @@
+"""Which instances a run played, and whether two runs can be drawn side by side (``--compare``).
+
+Why: a mean over other instances is another number. Two test-split runs are comparable only when they played the
+same instances, which means the same salt (its fingerprint names it) and the same (task, level, index) picks; two
+train runs, the same (task, level, seed) picks. ``summary.json`` records both, and ``--compare`` refuses a
+baseline that differs, or, with ``--force-compare``, says exactly how it differs and draws it anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def instance_keys(resets: Iterable[dict[str, Any]]) -> list[str]:
+    """``task/level/test:index`` or ``task/level/train:seed`` for each planned reset, sorted."""
+    keys = []
+    for reset in resets:
+        pick = f"test:{reset['index']}" if reset["split"] == "test" else f"train:{reset['seed']}"
+        keys.append(f"{reset['task_id']}/{reset['level']}/{pick}")
+    return sorted(keys)
+
+
+def _examples(keys: set[str]) -> str:
+    shown = ", ".join(sorted(keys)[:3])
+    return shown + (", ..." if len(keys) > 3 else "")
+
+
+def difference(run: dict[str, Any], split: str, fingerprint: str | None, keys: list[str]) -> str | None:
+    """Why the baseline ``run`` (its summary's ``run`` object) played other instances than this one; None if not."""
+    if "instances" not in run:
+        return "it records no instance set (made before runs recorded theirs); rerun it"
+    if run.get("split") != split:
+        return f"it played the {run.get('split')} split, this run the {split} split"
+    if split == "test" and run.get("salt_fingerprint") != fingerprint:
+        return (f"it played another test set (salt fingerprint {run.get('salt_fingerprint')}, this run "
+                f"{fingerprint}): a server with a random salt draws new instances each time it starts")  # fmt: skip
+    theirs, ours = set(run["instances"]), set(keys)
+    if theirs != ours:
+        parts = []
+        if ours - theirs:
+            parts.append(f"{len(ours - theirs)} instances only in this run ({_examples(ours - theirs)})")
+        if theirs - ours:
+            parts.append(f"{len(theirs - ours)} only in it ({_examples(theirs - ours)})")
+        return "; ".join(parts)
+    return None

@@ -1,0 +1,174 @@
+"""The leaderboard, computed from the raw rows (``RunInfo`` and ``Attempt``) by one pure function.
+
+Rules, each for a reason:
+- a run's score on a family is the mean of its counted attempts; an attempt still open (reset, never finished)
+  counts at the floor, as an abandoned one does, so leaving an episode unfinished never helps;
+- the 95% interval is Wilson's score interval for a proportion, applied to the mean score with n = episodes. Scores
+  lie in [0, 1], so their variance is at most mean·(1 - mean), which makes the interval conservative; unlike the
+  normal approximation it stays inside [0, 1], is not zero-width when every score is 0.99, and is wide at n = 1;
+- runs are compared only within one *group*: the same salt fingerprint, benchmark version and family versions
+  (a family a run has not played counts as the current version). A run on another version of a family is listed
+  in its own group, never averaged or ranked with these;
+- inside a group, complete runs (every instance of the standard set attempted and finished: ``standard_set``
+  indices of every family and level) rank first, by overall mean; partial runs follow, whatever their mean.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from .store import Attempt, RunInfo
+
+FLOOR = 0.01  # the protocol's floor (mechsandbox.protocol.FLOOR; kept literal so this package imports nothing else)
+Z95 = 1.959963984540054
+
+
+def wilson_interval(mean: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's 95% score interval around ``mean`` (a proportion, or a mean of scores in [0, 1]) of ``n`` samples."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = min(1.0, max(0.0, mean))
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4))
+
+
+def counted_score(attempt: Attempt) -> float:
+    """What an attempt counts for: its score once graded, the floor while open, truncated or abandoned."""
+    return attempt.score if attempt.status == "graded" and attempt.score is not None else FLOOR
+
+
+def summary(scores: Sequence[float]) -> dict[str, Any]:
+    mean = statistics.fmean(scores) if scores else 0.0
+    return {"mean": round(mean, 4), "ci95": list(wilson_interval(mean, len(scores))), "episodes": len(scores)}
+
+
+def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[str, str]) -> str:
+    text = f"{salt_fingerprint}|{benchmark_version}|" + ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str], levels: Sequence[str]) -> dict:
+    """One run's row: per-family and overall means with intervals, coverage, versions, completeness."""
+    by_family: dict[tuple[str, str], list[Attempt]] = defaultdict(list)
+    for attempt in attempts:
+        by_family[(attempt.task_id, attempt.family_version)].append(attempt)
+    versions_of: dict[str, set[str]] = defaultdict(set)
+    for task_id, version in by_family:
+        versions_of[task_id].add(version)
+    families: dict[str, Any] = {}
+    for (task_id, version), items in sorted(by_family.items()):
+        key = task_id if len(versions_of[task_id]) == 1 else f"{task_id}@{version}"
+        entry = summary([counted_score(a) for a in items])
+        entry["family_version"] = version
+        entry["levels"] = {
+            level: summary([counted_score(a) for a in items if a.level == level])
+            for level in levels
+            if any(a.level == level for a in items)
+        }
+        families[key] = entry
+    finished = {(a.task_id, a.family_version, a.level, a.instance_index) for a in attempts if a.status != "open"}
+    attempted = {(a.task_id, a.family_version, a.level, a.instance_index) for a in attempts}
+    wanted = [(t, v, lv, k) for t, v in standard.items() for lv in levels for k in range(run.standard_set)]
+    covered = sum(1 for key in wanted if key in attempted)
+    missing: dict[str, int] = {}
+    for t, v, lv, k in wanted:
+        if (t, v, lv, k) not in finished:
+            missing[f"{t}/{lv}"] = missing.get(f"{t}/{lv}", 0) + 1
+    versions = {t: ",".join(sorted(vs)) for t, vs in sorted(versions_of.items())}
+    overall = summary([counted_score(a) for a in attempts])
+    return {
+        "run_id": run.run_id,
+        "agent": run.agent,
+        "model": run.model,
+        "overall": overall["mean"],
+        "ci95": overall["ci95"],
+        "episodes": overall["episodes"],
+        "complete": bool(wanted) and not missing,
+        "families": families,
+        "coverage": {
+            "standard_set": len(wanted),
+            "attempted": covered,
+            "attempted_outside_set": len(attempted) - covered,
+            "open": sum(1 for a in attempts if a.status == "open"),
+            "unfinished_by_task_level": missing,
+        },
+        "salt_fingerprint": run.salt_fingerprint,
+        "benchmark_version": run.benchmark_version,
+        "family_versions": versions,
+        "group": group_key(run.salt_fingerprint, run.benchmark_version, {**standard, **versions}),
+        "created_at": run.created_at,
+    }
+
+
+def leaderboard(
+    runs: Iterable[RunInfo],
+    attempts: Iterable[Attempt],
+    standard: Mapping[str, str],
+    levels: Sequence[str],
+    salt_fingerprint: str = "",
+    benchmark_version: str = "",
+) -> dict[str, Any]:
+    """``{"runs": [...], "groups": [...], ...}``: ranked runs (see the module doc), current group first.
+
+    ``standard`` maps each family of the benchmark to its current version (the standard set's families).
+    """
+    by_run: dict[str, list[Attempt]] = defaultdict(list)
+    for attempt in attempts:
+        by_run[attempt.run_id].append(attempt)
+    entries = [run_entry(run, by_run.get(run.run_id, []), standard, levels) for run in runs]
+    current = group_key(salt_fingerprint, benchmark_version, standard)
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for entry in entries:
+        groups[entry["group"]].append(entry)
+    ordered: list[dict] = []
+    group_list = []
+    for key in sorted(groups, key=lambda g: (g != current, g)):
+        members = sorted(groups[key], key=lambda e: (not e["complete"], -e["overall"], e["created_at"]))
+        for rank, entry in enumerate(members, 1):
+            entry["rank"] = rank
+        ordered.extend(members)
+        group_list.append({"group": key, "current": key == current, "runs": len(members)})
+    return {
+        "runs": ordered,
+        "groups": group_list,
+        "current_group": current,
+        "interval": "Wilson 95% score interval on the mean score (n = episodes)",
+        "open_attempts_count_as": FLOOR,
+    }
+
+
+def table(board: Mapping[str, Any]) -> str:
+    """The leaderboard as a plain-text table, one block per group of comparable runs (current group first)."""
+    lines: list[str] = []
+    families = sorted({key for run in board["runs"] for key in run["families"]})
+    for group in board["groups"]:
+        members = [run for run in board["runs"] if run["group"] == group["group"]]
+        first = members[0]
+        title = "current test set and versions" if group["current"] else "another test set or family versions"
+        lines.append(f"group {group['group']} ({title}): salt {first['salt_fingerprint']}, "
+                     f"benchmark {first['benchmark_version']}")  # fmt: skip
+        lines.append(f"{'rank':>4}  {'run':20}  {'agent':20}  {'model':24}  {'overall':>7}  {'95% CI':13}  "
+                     f"{'episodes':>8}  {'status':8}  coverage")  # fmt: skip
+        for run in members:
+            low, high = run["ci95"]
+            status = "complete" if run["complete"] else "partial"
+            coverage = f"{run['coverage']['attempted']}/{run['coverage']['standard_set']}"
+            lines.append(f"{run['rank']:>4}  {run['run_id']:20}  {run['agent'][:20]:20}  {run['model'][:24]:24}  "
+                         f"{run['overall']:7.3f}  [{low:.3f},{high:.3f}]  {run['episodes']:>8}  {status:8}  "
+                         f"{coverage}")  # fmt: skip
+            cells = [f"{key} {run['families'][key]['mean']:.3f} (n={run['families'][key]['episodes']})"
+                     for key in families if key in run["families"]]  # fmt: skip
+            if cells:
+                lines.append("      " + "; ".join(cells))
+        lines.append("")
+    if not board["runs"]:
+        lines.append("no runs yet")
+    lines.append(f"intervals: {board['interval']}; open attempts count as {board['open_attempts_count_as']}")
+    return "\n".join(lines) + "\n"

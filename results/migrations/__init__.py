@@ -1,0 +1,1 @@
+"""Alembic migrations of the results database (``ResultStore.open`` runs them up to head at every start)."""

@@ -1,0 +1,204 @@
+"""Runs on the test split: registration, which episode of an instance counts, and writing results as they end.
+
+Why an attempt is claimed at reset, not at submission: the rule is that only a run's first attempt at a test
+instance counts. Were the claim made at the first graded submission, an agent could reset an instance, probe it
+for its whole step budget, walk away, and come back with a fresh budget as often as it liked; claimed at reset,
+the first episode of an instance is *the* attempt, and leaving it unfinished counts at the floor. Every later
+episode of the same instance in the same run is played (the agent may study it) but neither scored nor rewarded
+above the floor, and its observations say ``counted: false``, so the reward is no oracle.
+
+Who may play the test split without a run: on a server with a random salt (a development server, the one
+``mechsandbox eval`` starts), anyone, scored as before, since nothing there is comparable. On a server with a
+fixed salt (a hosted benchmark), nobody, unless the operator turns on practice, whose scores are never shown.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .. import BENCHMARK_VERSION
+from ..protocol import FLOOR
+from ..results import ResultStore, ResultsUnavailable, RunInfo, leaderboard, resolve_database_url
+from ..tasks import LEVELS, families
+from .clients import Client
+from .episode import EpisodeError
+from .scoring import Scoring
+from .settings import ServerSettings
+from .splits import InstanceRef, salt_fingerprint
+
+log = logging.getLogger("mechsandbox.server")
+
+DAY_S = 24 * 3600.0
+SHORT_SALT = 16  # characters below which a fixed salt is called guessable at start-up
+
+
+class RunRefused(EpisodeError):
+    """A run-related refusal that is the client's to fix (unknown token, a run where none is allowed...)."""
+
+    status = 403
+
+
+class ResultsDown(EpisodeError):
+    """The results database failed: nothing was counted or lost; retry."""
+
+    status = 503
+
+
+class RunQuota(EpisodeError):
+    status = 429
+
+
+class Runs:
+    """The server's side of runs: one per ``Service``, over one ``ResultStore``."""
+
+    def __init__(self, settings: ServerSettings, salt: bytes, salt_is_random: bool):
+        self.settings = settings
+        self.salt_is_random = salt_is_random
+        self.fingerprint = salt_fingerprint(salt)
+        self.store: ResultStore | None = None
+        self.where = ""
+
+    def open(self) -> None:
+        """Open (and migrate) the results database; ``ResultsUnavailable`` in one line when it cannot be."""
+        if self.store is not None:
+            return
+        url, note, cleanup = resolve_database_url(self.settings.database_url, self.settings.data_dir,
+                                                  self.salt_is_random)  # fmt: skip
+        if note:
+            log.warning(note)
+        store = ResultStore(url, cleanup=cleanup)
+        try:
+            store.open()
+        except ResultsUnavailable:
+            store.close()
+            raise
+        self.store, self.where = store, store.describe()
+        log.info("results database: %s", self.where)
+
+    def backend(self) -> str:
+        """``sqlite`` or ``postgresql`` (never the URL: it may hold a password); ``closed`` before start."""
+        return self.store.backend if self.store is not None else "closed"
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def _store(self) -> ResultStore:
+        if self.store is None:
+            raise ResultsDown("the results database is not open yet; retry shortly")
+        return self.store
+
+    # --- registration --------------------------------------------------------------------------
+
+    def register(self, agent: str, model: str, notes: str, client: Client) -> dict[str, Any]:
+        store = self._store()
+        try:
+            quota = self.settings.run_quota
+            if quota and not client.exempt and store.runs_registered_since(client.key, time.time() - DAY_S) >= quota:
+                raise RunQuota(f"this client registered {quota} runs in the last 24 hours, the server's quota "
+                               "(MECHSANDBOX_RUN_QUOTA); play the runs you have")  # fmt: skip
+            standard = min(self.settings.standard_set, self.settings.test_instances)
+            run, token = store.register_run(agent, model, notes, client.key, self.fingerprint, BENCHMARK_VERSION,
+                                            standard)  # fmt: skip
+        except ResultsUnavailable as exc:
+            raise ResultsDown(str(exc)) from None
+        log.info("registered %s (agent %r)", run.run_id, run.agent)
+        return {
+            "run_id": run.run_id,
+            "run_token": token,
+            "salt_fingerprint": self.fingerprint,
+            "benchmark_version": BENCHMARK_VERSION,
+            "standard_set": {
+                "instances_per_level": run.standard_set,
+                "levels": list(LEVELS),
+                "tasks": [f.id for f in families()],
+            },
+        }
+
+    # --- which episodes count ------------------------------------------------------------------
+
+    def check_reset(self, split: str, run_token: Any) -> RunInfo | None:
+        """The run a reset plays for (None for none), or a one-line refusal; claims nothing yet."""
+        if run_token is None:
+            if split == "test" and not self.salt_is_random and not self.settings.practice:
+                raise RunRefused(
+                    "test-split resets on this server need a run_token: register a run with POST /runs "
+                    "(the operator can allow run-less practice with MECHSANDBOX_PRACTICE=true)"
+                )
+            return None
+        if not isinstance(run_token, str) or not 0 < len(run_token) <= 128:
+            raise EpisodeError("run_token must be the string POST /runs returned")
+        if split != "test":
+            raise EpisodeError("run_token is for the test split only (train episodes are never counted)")
+        try:
+            run = self._store().run_for_token(run_token)
+        except ResultsUnavailable as exc:
+            raise ResultsDown(str(exc)) from None
+        if run is None:
+            raise RunRefused("unknown run_token; register a run with POST /runs")
+        if run.salt_fingerprint != self.fingerprint:
+            raise RunRefused(f"{run.run_id} was registered on a server with another test salt "
+                             f"({run.salt_fingerprint}, this one is {self.fingerprint})")  # fmt: skip
+        return run
+
+    def scoring(self, ref: InstanceRef, run: RunInfo | None, family_version: str) -> Scoring:
+        """Claim the run's attempt at ``ref`` if it has none yet; how this episode's end is scored."""
+        if ref.split != "test":
+            return Scoring()
+        if run is None:
+            return Scoring() if self.salt_is_random else Scoring("practice", reason="practice episode (no run)")
+        try:
+            attempt_id = self._store().claim(run.run_id, ref.task_id, family_version, ref.level,
+                                             int(ref.index or 0), ref.instance_id)  # fmt: skip
+        except ResultsUnavailable as exc:
+            raise ResultsDown(str(exc)) from None
+        if attempt_id is None:
+            return Scoring("uncounted", run.run_id, reason=f"{run.run_id} already attempted this instance")
+        return Scoring("counted", run.run_id, attempt_id)
+
+    def finish(self, scoring: Scoring, status: str, score: float | None, steps: int, seconds: float,
+               trajectory: list[dict[str, Any]]) -> None:  # fmt: skip
+        """Write a counted attempt's end (ResultsDown when the database fails: the caller keeps the episode open)."""
+        if scoring.mode != "counted" or scoring.attempt_id is None:
+            return
+        try:
+            self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps, seconds,
+                                 trajectory)  # fmt: skip
+        except ResultsUnavailable as exc:
+            raise ResultsDown(str(exc)) from None
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def leaderboard(self) -> dict[str, Any]:
+        store = self._store()
+        try:
+            runs, attempts = store.runs(), store.attempts()
+        except ResultsUnavailable as exc:
+            raise ResultsDown(str(exc)) from None
+        board = leaderboard(runs, attempts, {f.id: f.family_version for f in families()}, LEVELS, self.fingerprint,
+                            BENCHMARK_VERSION)  # fmt: skip
+        board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,
+                     salt="random (not comparable)" if self.salt_is_random else "fixed")  # fmt: skip
+        return board
+
+    def run_entry(self, run_id: str) -> dict[str, Any]:
+        board = self.leaderboard()
+        for entry in board["runs"]:
+            if entry["run_id"] == run_id:
+                return entry
+        raise UnknownRun(f"unknown run_id {run_id[:60]!r}")
+
+    def warn_about_salt(self, salt_text: str) -> None:
+        if not self.salt_is_random and len(salt_text) < SHORT_SALT:
+            log.warning(
+                "MECHSANDBOX_TEST_SALT is shorter than %d characters: a guessable salt lets anyone derive "
+                "test seeds offline from the public instance ids; use a long random one",
+                SHORT_SALT,
+            )
+
+
+class UnknownRun(EpisodeError):
+    status = 404
