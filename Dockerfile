@@ -25,6 +25,11 @@ RUN TORCH_INDEX_URL="$TORCH_INDEX_URL" TORCH_VERSION="$TORCH_VERSION" sh /tmp/me
 RUN useradd --create-home --uid 1000 mechsandbox
 USER mechsandbox
 WORKDIR /home/mechsandbox
+# The results database (runs, counted attempts) when MECHSANDBOX_DATABASE_URL is unset: mount a volume here to
+# keep the leaderboard across containers, or point MECHSANDBOX_DATABASE_URL at a PostgreSQL shared by replicas.
+ENV MECHSANDBOX_DATA_DIR=/home/mechsandbox/data
+RUN mkdir -p /home/mechsandbox/data
+VOLUME /home/mechsandbox/data
 
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \

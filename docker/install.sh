@@ -13,7 +13,7 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
     python -m pip install --no-cache-dir "torch==$TORCH_VERSION"
 fi
-python -m pip install --no-cache-dir "$SRC"
+python -m pip install --no-cache-dir "$SRC[postgres]"  # the PostgreSQL driver, for MECHSANDBOX_DATABASE_URL
 # The artifacts ship in the package; regenerate them in memory and compare bytes with the manifest.
 if ! python -m mechsandbox.cli gen-art --check --quiet; then
     echo "docker/install.sh: warning: artifacts differ on this platform (truth is unaffected; see docs/CONTRACT.md)" >&2
