@@ -28,7 +28,7 @@ from alembic.config import Config
 from sqlalchemy import create_engine, event, func, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, defer, sessionmaker
 
 from .schema import MAX_AGENT, MAX_NOTES, AttemptRow, RunRow
 
@@ -333,6 +333,8 @@ class ResultStore:
     def attempts(self, run_id: str | None = None, with_trajectory: bool = False) -> list[Attempt]:
         with self._session() as session:
             query = select(AttemptRow).order_by(AttemptRow.id)
+            if not with_trajectory:  # trajectories are most of the bytes; the leaderboard never reads them
+                query = query.options(defer(AttemptRow.trajectory))
             if run_id is not None:
                 query = query.where(AttemptRow.run_id == run_id)
             return [Attempt.of(row, with_trajectory) for row in session.scalars(query)]

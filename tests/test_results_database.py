@@ -19,10 +19,12 @@ import httpx
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from mechsandbox.client import MechSandboxEnv
 from mechsandbox.results import ResultStore, ResultsUnavailable, resolve_database_url
 from mechsandbox.results.schema import Base
 from mechsandbox.server.splits import heldout_ref
 from mechsandbox.tasks import generate
+from openenv.core.generic_client import GenericEnvClient
 from postgres_harness import Postgres, postgres_or_skip
 from server_harness import running_server
 
@@ -80,6 +82,16 @@ def test_counted_results_survive_a_restart(tmp_path) -> None:
         run = register(http, "survivor")
         first = play(http, run["run_token"], 0, answer(0))
         assert first["reward"] == 0.99 and first["observation"]["counted"] is True
+        # Over the WebSocket the token is a keyword of reset, for the typed client and for OpenEnv's generic one.
+        with MechSandboxEnv(base_url=server.url).sync() as typed:
+            obs = typed.reset(task_id=TASK, split="test", index=2, run_token=run["run_token"]).observation
+            assert obs.counted is True and obs.run_id == run["run_id"]
+            assert typed.submit(answer(2)).observation.counted is True
+        with GenericEnvClient(base_url=server.url).sync() as generic:
+            replay = generic.reset(task_id=TASK, split="test", index=2, run_token=run["run_token"])
+            assert replay.observation["counted"] is False
+            with pytest.raises(RuntimeError, match="unknown run_token"):
+                generic.reset(task_id=TASK, split="test", index=3, run_token="mst_forged")
     assert (tmp_path / "data" / "results.sqlite").exists()
     with running_server(tmp_path, **env) as server, server.http() as http:
         entry = http.get(f"/runs/{run['run_id']}").json()
@@ -87,7 +99,7 @@ def test_counted_results_survive_a_restart(tmp_path) -> None:
         again = play(http, run["run_token"], 0, answer(0))  # the same token still plays, and still counts once
         assert again["reward"] == 0.01 and again["observation"]["counted"] is False
         assert play(http, run["run_token"], 1, [0])["observation"]["counted"] is True
-        assert http.get(f"/runs/{run['run_id']}").json()["episodes"] == 2
+        assert http.get(f"/runs/{run['run_id']}").json()["episodes"] == 3
 
 
 def test_concurrent_claims_count_once_on_postgres(postgres: Postgres) -> None:
