@@ -261,7 +261,8 @@ class ServerSettings(_EnvSettings):
     database_url: str = setting("", "results database, e.g. `postgresql://user:pw@host/db` (replicas share one "
                                 "leaderboard); empty = SQLite in `MECHSANDBOX_DATA_DIR`")  # fmt: skip
     practice: bool = setting(False, "with a fixed salt, allow test-split resets without a run: played, never scored")
-    run_quota: int = setting(5, "runs one client may register per 24 hours (loopback exempt); 0 = no limit", minimum=0)
+    run_quota: int = setting(5, "runs one client may register per UTC day (an IPv6 client by its /64; loopback "
+                             "exempt); 0 = no limit", minimum=0)  # fmt: skip
     standard_set: int = setting(20, "test instances per family and level that a complete run attempts (indices 0 to "
                                 "N-1), capped at `MECHSANDBOX_TEST_INSTANCES`", minimum=1)  # fmt: skip
 

@@ -10,7 +10,9 @@ Rules, each for a reason:
   (a family a run has not played counts as the current version). A run on another version of a family is listed
   in its own group, never averaged or ranked with these;
 - inside a group, complete runs (every instance of the standard set attempted and finished: ``standard_set``
-  indices of every family and level) rank first, by overall mean; partial runs follow, whatever their mean.
+  indices of every family and level) rank first, by overall mean; partial runs follow, whatever their mean;
+- only the standard set counts (the server refuses a run's reset outside it): a run cannot pad its mean with
+  extra instances of the families it does best on, and every complete run's mean is over the same instances.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[s
 
 def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str], levels: Sequence[str]) -> dict:
     """One run's row: per-family and overall means with intervals, coverage, versions, completeness."""
+    attempts = [a for a in attempts if 0 <= a.instance_index < run.standard_set]  # a run plays only the set
     by_family: dict[tuple[str, str], list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         by_family[(attempt.task_id, attempt.family_version)].append(attempt)
@@ -95,7 +98,6 @@ def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str]
         "coverage": {
             "standard_set": len(wanted),
             "attempted": covered,
-            "attempted_outside_set": len(attempted) - covered,
             "open": sum(1 for a in attempts if a.status == "open"),
             "unfinished_by_task_level": missing,
         },

@@ -1,10 +1,11 @@
 """The tables of the results database, as SQLAlchemy 2 declarative models.
 
 ``runs``: one row per registered run (one agent's attempt at the benchmark). The run token is stored only as its
-SHA-256, so a leaked database cannot be used to play as someone else's run. ``attempts``: one row per counted
-attempt at a test instance; the unique constraint on (run_id, instance_id) is what makes "only the first attempt at
-an instance counts" hold across threads, processes and replicas sharing one PostgreSQL: the second insert fails in
-the database, not in a check-then-write race in Python.
+SHA-256, so a leaked database cannot be used to play as someone else's run. The registration quota is a unique
+constraint too: a run takes one of its client's numbered slots for the day (``ResultStore.register_run``).
+``attempts``: one row per counted attempt at a test instance; the unique constraint on (run_id, instance_id) is what
+makes "only the first attempt at an instance counts" hold across threads, processes and replicas sharing one
+PostgreSQL: the second insert fails in the database, not in a check-then-write race in Python.
 
 Times are seconds since the epoch (a float): the same on SQLite and PostgreSQL, with no time-zone handling to get
 wrong. Changing a table means a new Alembic revision in ``migrations/versions`` (CONTRIBUTING explains how).
@@ -27,6 +28,7 @@ class Base(DeclarativeBase):
 
 class RunRow(Base):
     __tablename__ = "runs"
+    __table_args__ = (UniqueConstraint("client", "quota_day", "quota_slot", name="uq_runs_quota_slot"),)
 
     run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
@@ -38,6 +40,8 @@ class RunRow(Base):
     benchmark_version: Mapped[str] = mapped_column(String(32))
     standard_set: Mapped[int] = mapped_column(Integer)  # instances per family and level that a complete run plays
     created_at: Mapped[float] = mapped_column(Float)
+    quota_day: Mapped[str | None] = mapped_column(String(10), nullable=True)  # UTC date, when the quota applied
+    quota_slot: Mapped[int | None] = mapped_column(Integer, nullable=True)  # which of that day's quota slots
 
 
 class AttemptRow(Base):

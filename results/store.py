@@ -261,26 +261,32 @@ class ResultStore:
 
     # --- runs ----------------------------------------------------------------------------------
 
-    def register_run(self, agent: str, model: str, notes: str, client_key: str, salt_fingerprint: str,
-                     benchmark_version: str, standard_set: int) -> tuple[RunInfo, str]:  # fmt: skip
-        """A new run and its token (returned once; only its hash is stored)."""
-        token = "mst_" + secrets.token_urlsafe(32)
-        row = RunRow(run_id="run-" + secrets.token_hex(8), token_hash=token_hash(token), agent=agent[:MAX_AGENT],
-                     model=model[:MAX_AGENT], notes=notes[:MAX_NOTES], client=client_hash(client_key),
-                     salt_fingerprint=salt_fingerprint, benchmark_version=benchmark_version,
-                     standard_set=standard_set, created_at=time.time())  # fmt: skip
-        with self._session() as session:
-            session.add(row)
-        return RunInfo.of(row), token
+    def register_run(
+        self, agent: str, model: str, notes: str, client_key: str, salt_fingerprint: str, benchmark_version: str,
+        standard_set: int, quota: int = 0,
+    ) -> tuple[RunInfo, str] | None:
+        """A new run and its token (returned once; only its hash is stored); None past the client's daily quota.
 
-    def runs_registered_since(self, client_key: str, since: float) -> int:
-        with self._session() as session:
-            query = (
-                select(func.count())
-                .select_from(RunRow)
-                .where(RunRow.client == client_hash(client_key), RunRow.created_at >= since)
-            )
-            return int(session.scalar(query) or 0)
+        Why slots: "at most ``quota`` runs per client and UTC day" must hold for concurrent registrations on
+        several replicas. Each run takes one of the day's ``quota`` numbered slots, and a unique constraint on
+        (client, day, slot) lets only one registration have each; a count-then-insert would let a burst through.
+        ``quota`` 0 means no limit (no slot is taken).
+        """
+        now = time.time()
+        day = time.strftime("%Y-%m-%d", time.gmtime(now)) if quota else None
+        for slot in range(quota) if quota else [None]:
+            token = "mst_" + secrets.token_urlsafe(32)
+            row = RunRow(run_id="run-" + secrets.token_hex(8), token_hash=token_hash(token), agent=agent[:MAX_AGENT],
+                         model=model[:MAX_AGENT], notes=notes[:MAX_NOTES], client=client_hash(client_key),
+                         salt_fingerprint=salt_fingerprint, benchmark_version=benchmark_version,
+                         standard_set=standard_set, created_at=now, quota_day=day, quota_slot=slot)  # fmt: skip
+            try:
+                with self._session() as session:
+                    session.add(row)
+            except IntegrityError:
+                continue  # this slot is taken: try the next one
+            return RunInfo.of(row), token
+        return None
 
     def run_for_token(self, token: str) -> RunInfo | None:
         with self._session() as session:
@@ -312,23 +318,27 @@ class ResultStore:
         return row.id
 
     def finish(self, attempt_id: int, status: str, score: float, steps: int, seconds: float,
-               trajectory: list[dict[str, Any]]) -> None:  # fmt: skip
-        """Write an attempt's end; only an open attempt can finish (a second finish changes nothing)."""
+               trajectory: list[dict[str, Any]] | None) -> bool:  # fmt: skip
+        """Write an attempt's end; False when it had already ended (only an open attempt can finish)."""
         if status not in STATUSES[1:]:
             raise ValueError(f"an attempt ends graded, truncated or abandoned, not {status!r}")
+        values = {"status": status, "score": score, "steps": steps, "seconds": seconds, "trajectory": trajectory,
+                  "finished_at": time.time()}  # fmt: skip
         with self._session() as session:
-            session.execute(
-                update(AttemptRow)
-                .where(AttemptRow.id == attempt_id, AttemptRow.status == "open")
-                .values(
-                    status=status,
-                    score=score,
-                    steps=steps,
-                    seconds=seconds,
-                    trajectory=trajectory,
-                    finished_at=time.time(),
-                )
+            result = session.execute(
+                update(AttemptRow).where(AttemptRow.id == attempt_id, AttemptRow.status == "open").values(**values)
             )
+            return int(getattr(result, "rowcount", 0)) == 1
+
+    def abandon(self, run_id: str, instance_id: str, score: float) -> bool:
+        """End the run's attempt at an instance as abandoned, at ``score``, if it is still open (True if it was)."""
+        with self._session() as session:
+            result = session.execute(
+                update(AttemptRow)
+                .where(AttemptRow.run_id == run_id, AttemptRow.instance_id == instance_id, AttemptRow.status == "open")
+                .values(status="abandoned", score=score, finished_at=time.time())
+            )
+            return int(getattr(result, "rowcount", 0)) == 1
 
     def attempts(self, run_id: str | None = None, with_trajectory: bool = False) -> list[Attempt]:
         with self._session() as session:

@@ -12,8 +12,9 @@ fields are those of docs/CONTRACT.md. Rules:
   grader's breakdown, test episodes only the score;
 - steps after the end are refused (``EpisodeOver``);
 - on the test split, a run's episode is scored by its ``Scoring`` (``runs.py``): the counted attempt's end is written
-  to the results database *before* the client sees it (if the write fails, the step is undone and refused with a
-  503, so a result is never shown and lost); an uncounted or practice episode is graded but shown the floor.
+  to the results database *before* anything of it is assigned (if the write fails, the step is refused with a 503
+  and not spent, so a result is never shown and lost); an uncounted or practice episode is graded but shown the
+  floor, and its score is never assigned where ``/state`` could read it.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ from .splits import InstanceRef
 
 log = logging.getLogger("mechsandbox.server")
 
-# Writes a counted attempt's end: (scoring, status, score, steps, seconds, trajectory); raises an EpisodeError.
-Recorder = Callable[[Scoring, str, float | None, int, float, list[dict[str, Any]]], None]
+# Writes a counted attempt's end: (scoring, status, score, steps, seconds, trajectory) -> whether the attempt was
+# still open (False: it had been abandoned); raises an EpisodeError when the database fails.
+Recorder = Callable[[Scoring, str, float | None, int, float, list[dict[str, Any]]], bool]
+CLOSE_WAIT_S = 60.0  # how long closing a counted episode waits for a step in flight
 
 
 class EpisodeError(Exception):
@@ -115,18 +118,24 @@ class Episode:
             given = [name for name in ACTION_FIELDS if action.get(name) is not None]
             if len(given) != 1:
                 raise EpisodeError(f"an action needs exactly one of {', '.join(ACTION_FIELDS)}")
-            self.step_count += 1
-            if given[0] == "python_code":
-                obs = self._run(action["python_code"])
+            kind, number = given[0], self.step_count + 1
+            score: float | None = None
+            feedback: str | None = None
+            if kind == "python_code":
+                obs = self._run(action[kind])
             else:
-                obs = self._submit(given[0], action[given[0]])
-            if not self.done and self.step_count >= self.max_steps:
-                self.done, self.truncated, self.score = True, True, FLOOR
+                obs, score, feedback = self._submit(kind, action[kind])
+            truncated = score is None and number >= self.max_steps
+            if truncated:
                 obs["reward"] = FLOOR
                 obs["error"] = obs.get("error") or "step budget used up; the episode ends at the floor score"
-            self._remember(given[0], action[given[0]], obs)
-            if self.done:
-                self._end(obs)
+            entry = self._entry(number, kind, action[kind], obs)
+            if score is not None or truncated:
+                self._settle(number, FLOOR if truncated else score, truncated, feedback, obs, entry)
+            elif entry is not None:
+                self.trajectory.append(entry)
+            self.step_count = number
+            self.done = score is not None or truncated
             self.last_activity = time.monotonic()
             if self.done:
                 self.sandbox.close()  # no more snippets can come: free the worker and the instance now
@@ -148,59 +157,61 @@ class Episode:
             "namespace_reset": result.namespace_reset,
         }
 
-    def _submit(self, kind: str, value: Any) -> dict[str, Any]:
+    def _submit(self, kind: str, value: Any) -> tuple[dict[str, Any], float | None, str | None]:
+        """Grade a submission: ``(observation, score, feedback)``, score None when the answer is invalid.
+
+        Nothing of the episode changes here: ``_settle`` publishes the end once it is recorded.
+        """
         if kind == "solution_from":
             answer, error = self.sandbox.solution_from(value)
             if error:
-                return self._invalid(f"solution_from {value!r}: {error}")
+                return self._invalid(f"solution_from {value!r}: {error}"), None, None
         else:
             try:
                 answer = check_json_value(value)
             except AnswerError as exc:
-                return self._invalid(str(exc))
+                return self._invalid(str(exc)), None, None
         grade = self.family.grade(answer, self.truth, self.instance)
         if grade.rejected:
-            return self._invalid(grade.message)
-        self.done = True
-        self.score = clamp(grade.score)
-        if self.ref.split == "train":
-            self.feedback = grade.message
-        return {"reward": self.score, "stdout_or_error": f"graded: score {self.score:.3f}", "error": None}
+            return self._invalid(grade.message), None, None
+        score = clamp(grade.score)
+        return {"reward": score, "stdout_or_error": f"graded: score {score:.3f}", "error": None}, score, grade.message
 
-    def _remember(self, kind: str, value: Any, obs: dict[str, Any]) -> None:
-        """Keep the step for the trajectory of a counted attempt (actions and outputs capped)."""
+    def _entry(self, number: int, kind: str, value: Any, obs: dict[str, Any]) -> dict[str, Any] | None:
+        """The step as a counted attempt's trajectory keeps it (actions and outputs capped); None otherwise."""
         if self.scoring.mode != "counted":
-            return
+            return None
         if kind == "solution_target":
             shown = value if len(repr(value)) <= CODE_KEEP else clip(repr(value))
         else:
             shown = clip(str(value))
-        self.trajectory.append({"step": self.step_count, "action": {kind: shown},
-                                "output": clip(obs.get("stdout_or_error") or ""), "reward": obs.get("reward"),
-                                "error": clip(obs["error"]) if obs.get("error") else None})  # fmt: skip
+        return {"step": number, "action": {kind: shown}, "output": clip(obs.get("stdout_or_error") or ""),
+                "reward": obs.get("reward"), "error": clip(obs["error"]) if obs.get("error") else None}  # fmt: skip
 
-    def _end(self, obs: dict[str, Any]) -> None:
-        """The episode just ended: write a counted attempt, hide an uncounted one's score.
+    def _settle(self, steps: int, score: float, truncated: bool, feedback: str | None, obs: dict[str, Any],
+                entry: dict[str, Any] | None) -> None:  # fmt: skip
+        """The episode ends: record a counted attempt *first*, then publish the score (or hide it).
 
-        When the write fails the step is undone (``done`` cleared, the step not spent) and the error raised, so
-        the client can submit again; nothing is shown that was not recorded.
+        Nothing is assigned before the recorder returns, so a failed write (it raises) leaves the episode as it
+        was: the step is not spent, no score was visible to ``/state`` meanwhile, and the client may submit again.
+        A write that finds the attempt no longer open (the run reset the instance again, which abandoned it)
+        turns this episode into an uncounted one.
         """
         if self.scoring.mode == "counted" and self.recorder is not None:
-            status = "truncated" if self.truncated else "graded"
-            try:
-                self.recorder(self.scoring, status, self.score, self.step_count, time.monotonic() - self.created,
-                              self.trajectory)  # fmt: skip
-            except Exception:
-                self.done, self.truncated, self.score, self.feedback = False, False, None, None
-                self.step_count -= 1
-                self.trajectory.pop()
-                raise
+            trajectory = self.trajectory + ([entry] if entry is not None else [])
+            kept = self.recorder(self.scoring, "truncated" if truncated else "graded", score, steps,
+                                 time.monotonic() - self.created, trajectory)  # fmt: skip
+            self.trajectory = trajectory
+            if not kept:
+                self.scoring = Scoring("uncounted", self.scoring.run_id,
+                                       reason="the attempt was abandoned: its instance was reset again in this run")
         if self.scoring.hides_score:
-            graded = self.score is not None and not self.truncated
-            self.score = None
             obs["reward"] = FLOOR
-            if graded:
+            if not truncated:
                 obs["stdout_or_error"] = f"graded; not counted ({self.scoring.reason}): reward at the floor"
+        self.feedback = feedback if self.ref.split == "train" else None
+        self.truncated = truncated
+        self.score = None if self.scoring.hides_score else score
 
     def _invalid(self, message: str) -> dict[str, Any]:
         text = f"invalid answer (not graded, counts as a step): {message}"
@@ -229,12 +240,21 @@ class Episode:
         }
 
     def close(self) -> None:
-        """Free the sandbox; a counted attempt left unfinished is recorded as abandoned (it counts at the floor)."""
-        if not self.done and self.scoring.mode == "counted" and self.recorder is not None:
-            self.done, self.score = True, FLOOR
-            try:
-                self.recorder(self.scoring, "abandoned", FLOOR, self.step_count, time.monotonic() - self.created,
-                              self.trajectory)  # fmt: skip
-            except Exception as exc:  # the row stays open, which the leaderboard also counts at the floor
-                log.warning("could not record abandoned attempt %s: %s", self.scoring.attempt_id, exc)
+        """Free the sandbox; a counted attempt left unfinished is recorded as abandoned (it counts at the floor).
+
+        For a counted attempt, a step in flight finishes first (its end is recorded, not overwritten).
+        """
+        counted = self.scoring.mode == "counted" and self.recorder is not None
+        held = counted and self.lock.acquire(timeout=CLOSE_WAIT_S)
+        try:
+            if counted and not self.done:
+                self.done, self.score = True, FLOOR
+                try:
+                    self.recorder(self.scoring, "abandoned", FLOOR, self.step_count,  # type: ignore[misc]
+                                  time.monotonic() - self.created, self.trajectory)  # fmt: skip
+                except Exception as exc:  # the row stays open, which the leaderboard also counts at the floor
+                    log.warning("could not record abandoned attempt %s: %s", self.scoring.attempt_id, exc)
+        finally:
+            if held:
+                self.lock.release()
         self.sandbox.close()

@@ -14,8 +14,10 @@ fixed salt (a hosted benchmark), nobody, unless the operator turns on practice, 
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
 import logging
-import time
+from collections.abc import Iterator
 from typing import Any
 
 from .. import BENCHMARK_VERSION
@@ -30,7 +32,6 @@ from .splits import InstanceRef, salt_fingerprint
 
 log = logging.getLogger("mechsandbox.server")
 
-DAY_S = 24 * 3600.0
 SHORT_SALT = 16  # characters below which a fixed salt is called guessable at start-up
 
 
@@ -48,6 +49,31 @@ class ResultsDown(EpisodeError):
 
 class RunQuota(EpisodeError):
     status = 429
+
+
+DOWN = "the results database is unavailable right now; nothing was counted or lost: retry shortly"
+
+
+@contextlib.contextmanager
+def database() -> Iterator[None]:
+    """Turn a database failure into a 503 whose text says nothing of the database (the log has the details)."""
+    try:
+        yield
+    except ResultsUnavailable as exc:
+        log.warning("results database: %s", exc)
+        raise ResultsDown(DOWN) from None
+
+
+def quota_key(client_key: str) -> str:
+    """Whom the registration quota counts: an IPv6 client by its /64 (one subscriber's usual allocation)."""
+    if client_key.startswith("addr:"):
+        try:
+            address = ipaddress.ip_address(client_key[5:])
+        except ValueError:
+            return client_key
+        if address.version == 6:
+            return f"addr:{ipaddress.ip_network(f'{address}/64', strict=False)}"
+    return client_key
 
 
 class Runs:
@@ -88,23 +114,22 @@ class Runs:
 
     def _store(self) -> ResultStore:
         if self.store is None:
-            raise ResultsDown("the results database is not open yet; retry shortly")
+            raise ResultsDown(DOWN)
         return self.store
 
     # --- registration --------------------------------------------------------------------------
 
     def register(self, agent: str, model: str, notes: str, client: Client) -> dict[str, Any]:
         store = self._store()
-        try:
-            quota = self.settings.run_quota
-            if quota and not client.exempt and store.runs_registered_since(client.key, time.time() - DAY_S) >= quota:
-                raise RunQuota(f"this client registered {quota} runs in the last 24 hours, the server's quota "
-                               "(MECHSANDBOX_RUN_QUOTA); play the runs you have")  # fmt: skip
-            standard = min(self.settings.standard_set, self.settings.test_instances)
-            run, token = store.register_run(agent, model, notes, client.key, self.fingerprint, BENCHMARK_VERSION,
-                                            standard)  # fmt: skip
-        except ResultsUnavailable as exc:
-            raise ResultsDown(str(exc)) from None
+        quota = 0 if client.exempt else self.settings.run_quota
+        standard = min(self.settings.standard_set, self.settings.test_instances)
+        with database():
+            made = store.register_run(agent, model, notes, quota_key(client.key), self.fingerprint, BENCHMARK_VERSION,
+                                      standard, quota)  # fmt: skip
+        if made is None:
+            raise RunQuota(f"this client registered {quota} runs today (UTC), the server's quota "
+                           "(MECHSANDBOX_RUN_QUOTA); play the runs you have")  # fmt: skip
+        run, token = made
         log.info("registered %s (agent %r)", run.run_id, run.agent)
         return {
             "run_id": run.run_id,
@@ -120,10 +145,10 @@ class Runs:
 
     # --- which episodes count ------------------------------------------------------------------
 
-    def check_reset(self, split: str, run_token: Any) -> RunInfo | None:
+    def check_reset(self, ref: InstanceRef, run_token: Any) -> RunInfo | None:
         """The run a reset plays for (None for none), or a one-line refusal; claims nothing yet."""
         if run_token is None:
-            if split == "test" and not self.salt_is_random and not self.settings.practice:
+            if ref.split == "test" and not self.salt_is_random and not self.settings.practice:
                 raise RunRefused(
                     "test-split resets on this server need a run_token: register a run with POST /runs "
                     "(the operator can allow run-less practice with MECHSANDBOX_PRACTICE=true)"
@@ -131,53 +156,56 @@ class Runs:
             return None
         if not isinstance(run_token, str) or not 0 < len(run_token) <= 128:
             raise EpisodeError("run_token must be the string POST /runs returned")
-        if split != "test":
+        if ref.split != "test":
             raise EpisodeError("run_token is for the test split only (train episodes are never counted)")
-        try:
+        with database():
             run = self._store().run_for_token(run_token)
-        except ResultsUnavailable as exc:
-            raise ResultsDown(str(exc)) from None
         if run is None:
             raise RunRefused("unknown run_token; register a run with POST /runs")
         if run.salt_fingerprint != self.fingerprint:
             raise RunRefused(f"{run.run_id} was registered on a server with another test salt "
                              f"({run.salt_fingerprint}, this one is {self.fingerprint})")  # fmt: skip
+        if not 0 <= int(ref.index or 0) < run.standard_set:
+            raise EpisodeError(f"a run plays the standard set: index below {run.standard_set} "
+                               "(other test instances are not part of any run)")  # fmt: skip
         return run
 
     def scoring(self, ref: InstanceRef, run: RunInfo | None, family_version: str) -> Scoring:
-        """Claim the run's attempt at ``ref`` if it has none yet; how this episode's end is scored."""
+        """Claim the run's attempt at ``ref`` if it has none yet; how this episode's end is scored.
+
+        A reset of an instance the run already claimed is a replay, and it ends the claimed attempt if that is
+        still open (abandoned, at the floor): an agent cannot keep its counted episode waiting while it probes the
+        same instance in replays with fresh step budgets.
+        """
         if ref.split != "test":
             return Scoring()
         if run is None:
             return Scoring() if self.salt_is_random else Scoring("practice", reason="practice episode (no run)")
-        try:
-            attempt_id = self._store().claim(run.run_id, ref.task_id, family_version, ref.level,
-                                             int(ref.index or 0), ref.instance_id)  # fmt: skip
-        except ResultsUnavailable as exc:
-            raise ResultsDown(str(exc)) from None
+        store = self._store()
+        with database():
+            attempt_id = store.claim(run.run_id, ref.task_id, family_version, ref.level, int(ref.index or 0),
+                                     ref.instance_id)  # fmt: skip
+            if attempt_id is None and store.abandon(run.run_id, ref.instance_id, FLOOR):
+                log.info("%s reset an instance again: its open attempt there is abandoned", run.run_id)
         if attempt_id is None:
             return Scoring("uncounted", run.run_id, reason=f"{run.run_id} already attempted this instance")
         return Scoring("counted", run.run_id, attempt_id)
 
     def finish(self, scoring: Scoring, status: str, score: float | None, steps: int, seconds: float,
-               trajectory: list[dict[str, Any]]) -> None:  # fmt: skip
-        """Write a counted attempt's end (ResultsDown when the database fails: the caller keeps the episode open)."""
+               trajectory: list[dict[str, Any]]) -> bool:  # fmt: skip
+        """Write a counted attempt's end: False when it was no longer open; ResultsDown when the database fails."""
         if scoring.mode != "counted" or scoring.attempt_id is None:
-            return
-        try:
-            self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps, seconds,
-                                 trajectory)  # fmt: skip
-        except ResultsUnavailable as exc:
-            raise ResultsDown(str(exc)) from None
+            return False
+        with database():
+            return self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps,
+                                        seconds, trajectory)  # fmt: skip
 
     # --- reading -------------------------------------------------------------------------------
 
     def leaderboard(self) -> dict[str, Any]:
         store = self._store()
-        try:
+        with database():
             runs, attempts = store.runs(), store.attempts()
-        except ResultsUnavailable as exc:
-            raise ResultsDown(str(exc)) from None
         board = leaderboard(runs, attempts, {f.id: f.family_version for f in families()}, LEVELS, self.fingerprint,
                             BENCHMARK_VERSION)  # fmt: skip
         board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,

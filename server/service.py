@@ -112,7 +112,7 @@ class Service:
         except (KeyError, ValueError):
             known = ", ".join(f.id for f in families())
             raise EpisodeError(f"unknown task_id {task_id!r}; known: {known}") from None
-        level = params.get("level", params.get("task_level")) or "easy"
+        level = params.get("level") or params.get("task_level") or "easy"
         if level not in LEVELS:
             raise EpisodeError(f"level must be one of {list(LEVELS)}")
         split = params.get("split") or "train"
@@ -135,7 +135,7 @@ class Service:
     def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL) -> Episode:
         """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does)."""
         ref = self.resolve(params)
-        run = self.runs.check_reset(ref.split, params.get("run_token"))
+        run = self.runs.check_reset(ref, params.get("run_token"))
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
         if transport != "http":

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import models_json_schema
 
 from ..models import MechSandboxAction, MechSandboxObservation
@@ -79,6 +79,16 @@ class RunRequest(BaseModel):
     agent: str = Field(min_length=1, max_length=MAX_AGENT, description="The agent's name (shown on the leaderboard)")
     model: str = Field(default="", max_length=MAX_AGENT, description="The model behind it, if any")
     notes: str = Field(default="", max_length=MAX_NOTES, description="Free text: prompt version, settings, a link")
+
+    @field_validator("agent", "model", "notes")
+    @classmethod
+    def _printable(cls, value: str, info: ValidationInfo) -> str:
+        allowed = "\n\t" if info.field_name == "notes" else ""
+        if any((ord(c) < 32 or 127 <= ord(c) < 160) and c not in allowed for c in value):
+            raise ValueError(f"{info.field_name} must not contain control characters")
+        if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+            raise ValueError(f"{info.field_name} must be valid Unicode (no lone surrogates)")
+        return value
 
 
 class RunResponse(BaseModel):

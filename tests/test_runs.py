@@ -121,6 +121,7 @@ def test_run_less_test_resets_are_refused_on_a_fixed_salt(http: TestClient) -> N
         ({"split": "train", "seed": 1, "run_token": "mst_x"}, 400, "test split only"),
         ({"split": "test", "run_token": 7}, 400, "run_token must be"),
         ({"split": "test", "run_token": "x" * 500}, 400, "run_token must be"),
+        ({"split": "test", "run_token": None, "index": 0}, 403, "run_token"),
     ],
 )
 def test_bad_run_tokens_get_one_line_4xx(http: TestClient, body: dict, status: int, pattern: str) -> None:
@@ -138,6 +139,9 @@ def test_bad_run_tokens_get_one_line_4xx(http: TestClient, body: dict, status: i
         (b'{"agent": "a", "notes": "' + b"x" * 2001 + b'"}', 422, "notes"),
         (b'{"agent": "a", "salt": "mine"}', 422, "salt"),
         (b'{"agent": 5}', 422, "agent"),
+        (b'{"agent": "a\\u0000b"}', 422, "control characters"),
+        (b'{"agent": "a", "model": "\\u001b[31mred"}', 422, "control characters"),
+        (b'{"agent": "a", "notes": "\\ud800"}', 422, "notes"),
         (b"[1, 2]", 400, "JSON object"),
         (b"{not json", 400, "not valid JSON"),
     ],
@@ -146,6 +150,32 @@ def test_bad_run_registrations_get_one_line_4xx(http: TestClient, content: bytes
     response = http.post("/runs", content=content, headers={"content-type": "application/json"})
     assert response.status_code == status, response.text
     assert pattern in response.json()["detail"] and "\n" not in response.json()["detail"]
+
+
+def test_a_run_plays_only_the_standard_set(http: TestClient, service: Service) -> None:
+    """Indices past the standard set would let a run pad its mean with the families it does best on."""
+    token = register(http)["run_token"]
+    outside = service.settings.standard_set
+    response = http.post("/reset", json={"task_id": TASK, "split": "test", "index": outside, "run_token": token})
+    assert response.status_code == 400 and "standard set" in response.json()["detail"]
+
+
+def test_a_replay_ends_the_open_attempt(http: TestClient) -> None:
+    """Keeping the counted episode open while probing replays of the instance buys nothing: the replay's reset
+    abandons the attempt (at the floor), and the old episode's submission is not counted."""
+    run = register(http)
+    counted = reset(http, index=13, run_token=run["run_token"])
+    replay = reset(http, index=13, run_token=run["run_token"])
+    assert replay["observation"]["counted"] is False
+    late = submit(http, counted["episode_id"], truth_of(13))
+    assert late["reward"] == FLOOR and late["observation"]["counted"] is False
+    assert late["observation"]["score"] is None and "abandoned" in late["observation"]["stdout_or_error"]
+    entry = http.get(f"/runs/{run['run_id']}").json()
+    assert entry["episodes"] == 1 and entry["overall"] == FLOOR
+
+
+def test_a_null_level_defers_to_task_level(service: Service) -> None:
+    assert service.resolve({"task_id": TASK, "level": None, "task_level": "hard"}).level == "hard"
 
 
 def test_unknown_run_id_is_a_404(http: TestClient) -> None:
@@ -192,7 +222,8 @@ def test_a_database_failure_loses_nothing(http: TestClient, service: Service) ->
     try:
         response = http.post("/step", json={"episode_id": episode["episode_id"],
                                             "action": {"solution_target": truth_of(5)}})  # fmt: skip
-        assert response.status_code == 503 and "\n" not in response.json()["detail"]
+        assert response.status_code == 503 and "retry" in response.json()["detail"]
+        assert "postgresql" not in response.json()["detail"]  # the driver's error stays in the server's log
         refused = http.post("/reset", json={"task_id": TASK, "split": "test", "index": 6,
                                             "run_token": run["run_token"]})  # fmt: skip
         assert refused.status_code == 503
@@ -296,16 +327,32 @@ def test_wilson_interval_behaves_at_the_ceiling_and_at_small_n() -> None:
     assert wilson_interval(0.5, 10_000)[1] - wilson_interval(0.5, 10_000)[0] < 0.02
 
 
-def test_the_registration_quota_holds_per_client(tmp_path) -> None:
+def test_the_registration_quota_holds_per_client_even_in_a_burst(tmp_path) -> None:
     runs = Runs(ServerSettings(test_salt=SALT, data_dir=str(tmp_path), run_quota=2), SALT.encode(), False)
     runs.open()
     try:
-        remote, other = Client("addr:198.51.100.7"), Client("addr:198.51.100.8")
-        for _ in range(2):
-            runs.register("a", "", "", remote)
-        with pytest.raises(RunQuota, match="quota"):
-            runs.register("a", "", "", remote)
-        runs.register("a", "", "", other)
+        remote = Client("addr:198.51.100.7")
+        barrier = threading.Barrier(8)
+        outcomes: list[str] = []
+
+        def register_one() -> None:
+            barrier.wait()
+            try:
+                outcomes.append(runs.register("a", "", "", remote)["run_id"])
+            except RunQuota:
+                outcomes.append("refused")
+
+        threads = [threading.Thread(target=register_one) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        assert sorted(outcomes).count("refused") == 6  # two slots a day, whatever the timing
+        runs.register("a", "", "", Client("addr:198.51.100.8"))  # another client has its own
+        runs.register("a", "", "", Client("addr:2001:db8::1"))
+        runs.register("a", "", "", Client("addr:2001:db8::2"))
+        with pytest.raises(RunQuota):  # the same IPv6 /64 is one client
+            runs.register("a", "", "", Client("addr:2001:db8::3"))
         for _ in range(3):
             runs.register("a", "", "", Client("addr:127.0.0.1", exempt=True))  # loopback is exempt
     finally:
@@ -317,8 +364,8 @@ def test_a_random_salt_server_scores_run_less_test_episodes(tmp_path) -> None:
     runs = Runs(ServerSettings(), b"random", True)
     runs.open()
     try:
-        assert runs.check_reset("test", None) is None
         ref = heldout_ref(b"random", TASK, "easy", 0)
+        assert runs.check_reset(ref, None) is None
         assert runs.scoring(ref, None, "1").mode == "open"
         folder = runs.store.cleanup  # type: ignore[union-attr]
         assert folder is not None and folder.exists()
@@ -331,8 +378,9 @@ def test_practice_is_played_and_never_scored(tmp_path) -> None:
     runs = Runs(ServerSettings(test_salt=SALT, data_dir=str(tmp_path), practice=True), SALT.encode(), False)
     runs.open()
     try:
-        assert runs.check_reset("test", None) is None
-        scoring = runs.scoring(heldout_ref(SALT.encode(), TASK, "easy", 0), None, "1")
+        ref = heldout_ref(SALT.encode(), TASK, "easy", 0)
+        assert runs.check_reset(ref, None) is None
+        scoring = runs.scoring(ref, None, "1")
         assert scoring.mode == "practice" and scoring.hides_score and scoring.counted is False
     finally:
         runs.close()
@@ -346,9 +394,9 @@ def test_a_token_from_another_salt_is_refused(tmp_path) -> None:
     b.open()
     try:
         token = a.register("a", "", "", Client("addr:198.51.100.9"))["run_token"]
-        assert a.check_reset("test", token) is not None
+        assert a.check_reset(heldout_ref(SALT.encode(), TASK, "easy", 0), token) is not None
         with pytest.raises(Exception, match="another test salt"):
-            b.check_reset("test", token)
+            b.check_reset(heldout_ref(b"another-salt-0123456789", TASK, "easy", 0), token)
     finally:
         a.close()
         b.close()

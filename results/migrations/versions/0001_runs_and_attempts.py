@@ -27,6 +27,9 @@ def upgrade() -> None:
         sa.Column("benchmark_version", sa.String(32), nullable=False),
         sa.Column("standard_set", sa.Integer(), nullable=False),
         sa.Column("created_at", sa.Float(), nullable=False),
+        sa.Column("quota_day", sa.String(10), nullable=True),
+        sa.Column("quota_slot", sa.Integer(), nullable=True),
+        sa.UniqueConstraint("client", "quota_day", "quota_slot", name="uq_runs_quota_slot"),
     )
     op.create_index("ix_runs_client", "runs", ["client"])
     op.create_table(
