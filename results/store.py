@@ -28,7 +28,7 @@ from alembic.config import Config
 from sqlalchemy import create_engine, event, func, select, update
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
-from sqlalchemy.orm import Session, defer, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 
 from .schema import MAX_AGENT, MAX_NOTES, AttemptRow, RunRow
 
@@ -82,12 +82,6 @@ class Attempt:
     started_at: float
     finished_at: float | None
     trajectory: Any = None
-
-    @classmethod
-    def of(cls, row: AttemptRow, with_trajectory: bool = False) -> Attempt:
-        return cls(row.id, row.run_id, row.task_id, row.family_version, row.level, row.instance_index,
-                   row.instance_id, row.status, row.score, row.steps, row.seconds, row.started_at, row.finished_at,
-                   row.trajectory if with_trajectory else None)  # fmt: skip
 
 
 @dataclass
@@ -341,10 +335,19 @@ class ResultStore:
             return int(getattr(result, "rowcount", 0)) == 1
 
     def attempts(self, run_id: str | None = None, with_trajectory: bool = False) -> list[Attempt]:
+        """Every attempt (of one run), oldest first; trajectories only on request (they are most of the bytes).
+
+        Read as plain rows, not ORM objects: the leaderboard reads every attempt of every run on each request.
+        """
+        columns = [getattr(AttemptRow, name) for name in ATTEMPT_COLUMNS]
+        if with_trajectory:
+            columns.append(AttemptRow.trajectory)
+        query = select(*columns).order_by(AttemptRow.id)
+        if run_id is not None:
+            query = query.where(AttemptRow.run_id == run_id)
         with self._session() as session:
-            query = select(AttemptRow).order_by(AttemptRow.id)
-            if not with_trajectory:  # trajectories are most of the bytes; the leaderboard never reads them
-                query = query.options(defer(AttemptRow.trajectory))
-            if run_id is not None:
-                query = query.where(AttemptRow.run_id == run_id)
-            return [Attempt.of(row, with_trajectory) for row in session.scalars(query)]
+            return [Attempt(*row) for row in session.execute(query)]
+
+
+ATTEMPT_COLUMNS = ("id", "run_id", "task_id", "family_version", "level", "instance_index", "instance_id", "status",
+                   "score", "steps", "seconds", "started_at", "finished_at")  # ``Attempt``'s fields, in order

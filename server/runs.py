@@ -15,8 +15,11 @@ fixed salt (a hosted benchmark), nobody, unless the operator turns on practice, 
 from __future__ import annotations
 
 import contextlib
+import copy
 import ipaddress
 import logging
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,6 +35,7 @@ from .splits import InstanceRef, salt_fingerprint
 
 log = logging.getLogger("mechsandbox.server")
 
+BOARD_TTL_S = 5.0  # how stale GET /leaderboard may be about other replicas' writes
 SHORT_SALT = 16  # characters below which a fixed salt is called guessable at start-up
 
 
@@ -85,6 +89,8 @@ class Runs:
         self.fingerprint = salt_fingerprint(salt)
         self.store: ResultStore | None = None
         self.where = ""
+        self.board: tuple[float, dict[str, Any]] | None = None
+        self.board_lock = threading.Lock()
 
     def open(self) -> None:
         """Open (and migrate) the results database; ``ResultsUnavailable`` in one line when it cannot be."""
@@ -126,6 +132,7 @@ class Runs:
         with database():
             made = store.register_run(agent, model, notes, quota_key(client.key), self.fingerprint, BENCHMARK_VERSION,
                                       standard, quota)  # fmt: skip
+        self._changed()
         if made is None:
             raise RunQuota(f"this client registered {quota} runs today (UTC), the server's quota "
                            "(MECHSANDBOX_RUN_QUOTA); play the runs you have")  # fmt: skip
@@ -187,6 +194,7 @@ class Runs:
                                      ref.instance_id)  # fmt: skip
             if attempt_id is None and store.abandon(run.run_id, ref.instance_id, FLOOR):
                 log.info("%s reset an instance again: its open attempt there is abandoned", run.run_id)
+        self._changed()
         if attempt_id is None:
             return Scoring("uncounted", run.run_id, reason=f"{run.run_id} already attempted this instance")
         return Scoring("counted", run.run_id, attempt_id)
@@ -197,12 +205,23 @@ class Runs:
         if scoring.mode != "counted" or scoring.attempt_id is None:
             return False
         with database():
-            return self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps,
+            kept = self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps,
                                         seconds, trajectory)  # fmt: skip
+        self._changed()
+        return kept
 
     # --- reading -------------------------------------------------------------------------------
 
     def leaderboard(self) -> dict[str, Any]:
+        """The leaderboard, recomputed at most every ``BOARD_TTL_S`` (at once after a write on this server).
+
+        Why cached: it reads every attempt of every run (some 70,000 rows for 100 complete runs, about two
+        seconds); a replica sees another's writes within the TTL.
+        """
+        with self.board_lock:
+            cached = self.board
+            if cached is not None and time.monotonic() - cached[0] < BOARD_TTL_S:
+                return copy.deepcopy(cached[1])
         store = self._store()
         with database():
             runs, attempts = store.runs(), store.attempts()
@@ -210,7 +229,14 @@ class Runs:
                             BENCHMARK_VERSION)  # fmt: skip
         board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,
                      salt="random (not comparable)" if self.salt_is_random else "fixed")  # fmt: skip
-        return board
+        with self.board_lock:
+            self.board = (time.monotonic(), board)
+        return copy.deepcopy(board)
+
+    def _changed(self) -> None:
+        """A write on this server: the next leaderboard read recomputes."""
+        with self.board_lock:
+            self.board = None
 
     def run_entry(self, run_id: str) -> dict[str, Any]:
         board = self.leaderboard()

@@ -182,15 +182,14 @@ def test_unknown_run_id_is_a_404(http: TestClient) -> None:
     assert http.get("/runs/run-0000").status_code == 404
 
 
-def test_concurrent_first_attempts_count_once(http: TestClient) -> None:
-    token, index = register(http)["run_token"], 3
+def test_concurrent_first_attempts_count_once(http: TestClient, service: Service) -> None:
+    run = register(http)
     barrier = threading.Barrier(4)
     outcomes: list[bool] = []
 
     def attempt() -> None:
         barrier.wait()
-        episode = reset(http, index=index, run_token=token)
-        outcomes.append(submit(http, episode["episode_id"], truth_of(index))["observation"]["counted"])
+        outcomes.append(reset(http, index=3, run_token=run["run_token"])["observation"]["counted"])
 
     threads = [threading.Thread(target=attempt) for _ in range(4)]
     for thread in threads:
@@ -198,6 +197,8 @@ def test_concurrent_first_attempts_count_once(http: TestClient) -> None:
     for thread in threads:
         thread.join(120)
     assert sorted(outcomes) == [False, False, False, True]
+    store = service.runs.store
+    assert store is not None and len(store.attempts(run["run_id"])) == 1
 
 
 def test_an_abandoned_attempt_counts_at_the_floor(http: TestClient, service: Service) -> None:

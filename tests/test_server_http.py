@@ -145,12 +145,12 @@ def test_test_split_hides_seed_and_truth(http) -> None:
     seed = heldout_seed(SALT.encode(), "dead-neurons", "easy", 3)
     assert obs["split"] == "test" and obs["instance_id"].startswith("test-")
     assert str(seed) not in json.dumps(data) and str(seed) not in obs["instance_id"]
-    again = reset(http, task_id="dead-neurons", split="test", index=3, level="easy", run_token=token)["observation"]
-    assert again["instance_id"] == obs["instance_id"] and again["prompt"] == obs["prompt"]
     truth = get_family("dead-neurons").generate(seed, "easy").truth
     graded = step(http, data["episode_id"], solution_target=truth["indices"])
     assert graded["done"] and graded["reward"] >= 0.95
     assert graded["observation"]["truth"] is None and graded["observation"]["feedback"] is None
+    again = reset(http, task_id="dead-neurons", split="test", index=3, level="easy", run_token=token)["observation"]
+    assert again["instance_id"] == obs["instance_id"] and again["prompt"] == obs["prompt"]
     state = http.get("/state", params={"episode_id": data["episode_id"]}).json()
     assert str(seed) not in json.dumps(state)
 
