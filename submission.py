@@ -38,10 +38,12 @@ def _request(url: str, body: dict[str, Any] | None = None, timeout_s: float = 30
 
 def server_scoring(base_url: str, timeout_s: float = 30.0) -> dict[str, Any]:
     """What ``GET /tasks`` says about the test split: ``test_salt`` ("fixed"/"random"), ``salt_fingerprint``,
-    ``runs_required``, ``standard_set_per_level`` and ``benchmark_version``."""
+    ``runs_required``, ``standard_set_per_level``, ``benchmark_version`` and ``family_versions`` (id -> version)."""
     tasks = _request(f"{http_base(base_url)}/tasks", timeout_s=timeout_s)
     keys = ("test_salt", "salt_fingerprint", "runs_required", "standard_set_per_level", "benchmark_version")
-    return {key: tasks.get(key) for key in keys}
+    found = {key: tasks.get(key) for key in keys}
+    found["family_versions"] = {t["id"]: t.get("family_version") for t in tasks.get("tasks", [])}
+    return found
 
 
 def register_run(base_url: str, agent: str, model: str = "", notes: str = "", timeout_s: float = 30.0) -> dict:

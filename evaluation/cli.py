@@ -58,7 +58,9 @@ def run_eval(args: argparse.Namespace) -> int:
         except (OSError, RuntimeError, ValueError) as exc:
             print(f"mechsandbox eval: cannot read {url}/tasks: {exc}", file=sys.stderr)
             return 2
-        info.update(salt=scoring["test_salt"], salt_fingerprint=scoring["salt_fingerprint"],
+        versions = {t: v for t, v in scoring["family_versions"].items() if t in plan.tasks}
+        info.update(salt=scoring["test_salt"], salt_fingerprint=scoring["salt_fingerprint"], family_versions=versions,
+                    benchmark_version=scoring["benchmark_version"] or info["benchmark_version"],
                     instances=instance_keys(plan.resets))  # fmt: skip
         if args.split == "test" and scoring["test_salt"] != "fixed":
             where = "a server it started itself" if not args.url else url
@@ -103,7 +105,7 @@ def compare_refusal(baselines: dict[str, dict], info: dict, forced: bool) -> str
     """
     problems = []
     for where, data in baselines.items():
-        why = difference(data.get("run", {}), info["split"], info.get("salt_fingerprint"), info["instances"])
+        why = difference(data.get("run", {}), info)
         if why:
             problems.append(f"--compare {where}: {why}")
     if not problems:

@@ -26,10 +26,23 @@ def _examples(keys: set[str]) -> str:
     return shown + (", ..." if len(keys) > 3 else "")
 
 
-def difference(run: dict[str, Any], split: str, fingerprint: str | None, keys: list[str]) -> str | None:
-    """Why the baseline ``run`` (its summary's ``run`` object) played other instances than this one; None if not."""
-    if "instances" not in run:
-        return "it records no instance set (made before runs recorded theirs); rerun it"
+def difference(run: dict[str, Any], this: dict[str, Any]) -> str | None:
+    """Why the baseline ``run`` played other instances than ``this`` run (both: a summary's ``run`` object, with
+    ``split``, ``salt_fingerprint``, ``benchmark_version``, ``family_versions`` and ``instances``); None if not.
+
+    Versions matter as much as the picks: after a generator change the same (task, level, index) is another model.
+    """
+    split, fingerprint, keys = this["split"], this.get("salt_fingerprint"), this["instances"]
+    if "instances" not in run or "family_versions" not in run:
+        return "it records no instance set and versions (made before runs recorded them); rerun it"
+    if run.get("benchmark_version") != this.get("benchmark_version"):
+        return f"it played benchmark {run.get('benchmark_version')}, this run {this.get('benchmark_version')}"
+    changed = sorted(t for t in set(run["family_versions"]) & set(this.get("family_versions", {}))
+                     if run["family_versions"][t] != this["family_versions"][t])  # fmt: skip
+    if changed:
+        return "other family versions: " + ", ".join(
+            f"{t} {run['family_versions'][t]} vs {this['family_versions'][t]}" for t in changed
+        )
     if run.get("split") != split:
         return f"it played the {run.get('split')} split, this run the {split} split"
     if split == "test" and run.get("salt_fingerprint") != fingerprint:

@@ -6,9 +6,9 @@ Rules, each for a reason:
 - the 95% interval is Wilson's score interval for a proportion, applied to the mean score with n = episodes. Scores
   lie in [0, 1], so their variance is at most mean·(1 - mean), which makes the interval conservative; unlike the
   normal approximation it stays inside [0, 1], is not zero-width when every score is 0.99, and is wide at n = 1;
-- runs are compared only within one *group*: the same salt fingerprint, benchmark version and family versions
-  (a family a run has not played counts as the current version). A run on another version of a family is listed
-  in its own group, never averaged or ranked with these;
+- runs are compared only within one *group*: the same salt fingerprint, benchmark version, family versions
+  (a family a run has not played counts as the current version) and standard-set size. A run on another
+  version of a family is listed in its own group, never averaged or ranked with these;
 - inside a group, complete runs (every instance of the standard set attempted and finished: ``standard_set``
   indices of every family and level) rank first, by overall mean; partial runs follow, whatever their mean;
 - only the standard set counts (the server refuses a run's reset outside it): a run cannot pad its mean with
@@ -51,8 +51,10 @@ def summary(scores: Sequence[float]) -> dict[str, Any]:
     return {"mean": round(mean, 4), "ci95": list(wilson_interval(mean, len(scores))), "episodes": len(scores)}
 
 
-def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[str, str]) -> str:
-    text = f"{salt_fingerprint}|{benchmark_version}|" + ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
+def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[str, str], standard_set: int) -> str:
+    """Which runs are comparable: same test set (salt), benchmark and family versions, and standard-set size."""
+    text = f"{salt_fingerprint}|{benchmark_version}|{standard_set}|"
+    text += ",".join(f"{k}={v}" for k, v in sorted(versions.items()))
     return hashlib.sha256(text.encode()).hexdigest()[:10]
 
 
@@ -78,7 +80,11 @@ def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str]
         families[key] = entry
     finished = {(a.task_id, a.family_version, a.level, a.instance_index) for a in attempts if a.status != "open"}
     attempted = {(a.task_id, a.family_version, a.level, a.instance_index) for a in attempts}
-    wanted = [(t, v, lv, k) for t, v in standard.items() for lv in levels for k in range(run.standard_set)]
+    # The set a run must finish, at the versions it played (a family it has not played: the current version), so
+    # a run stays complete after a later upgrade; a family played at two versions cannot be completed.
+    own = {**standard, **{t: next(iter(vs)) for t, vs in versions_of.items() if len(vs) == 1}}
+    mixed = {t for t, vs in versions_of.items() if len(vs) > 1}
+    wanted = [(t, v, lv, k) for t, v in own.items() for lv in levels for k in range(run.standard_set)]
     covered = sum(1 for key in wanted if key in attempted)
     missing: dict[str, int] = {}
     for t, v, lv, k in wanted:
@@ -93,7 +99,7 @@ def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str]
         "overall": overall["mean"],
         "ci95": overall["ci95"],
         "episodes": overall["episodes"],
-        "complete": bool(wanted) and not missing,
+        "complete": bool(wanted) and not missing and not mixed,
         "families": families,
         "coverage": {
             "standard_set": len(wanted),
@@ -104,7 +110,7 @@ def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str]
         "salt_fingerprint": run.salt_fingerprint,
         "benchmark_version": run.benchmark_version,
         "family_versions": versions,
-        "group": group_key(run.salt_fingerprint, run.benchmark_version, {**standard, **versions}),
+        "group": group_key(run.salt_fingerprint, run.benchmark_version, {**standard, **versions}, run.standard_set),
         "created_at": run.created_at,
     }
 
@@ -116,6 +122,7 @@ def leaderboard(
     levels: Sequence[str],
     salt_fingerprint: str = "",
     benchmark_version: str = "",
+    standard_set: int = 20,
 ) -> dict[str, Any]:
     """``{"runs": [...], "groups": [...], ...}``: ranked runs (see the module doc), current group first.
 
@@ -125,7 +132,7 @@ def leaderboard(
     for attempt in attempts:
         by_run[attempt.run_id].append(attempt)
     entries = [run_entry(run, by_run.get(run.run_id, []), standard, levels) for run in runs]
-    current = group_key(salt_fingerprint, benchmark_version, standard)
+    current = group_key(salt_fingerprint, benchmark_version, standard, standard_set)
     groups: dict[str, list[dict]] = defaultdict(list)
     for entry in entries:
         groups[entry["group"]].append(entry)

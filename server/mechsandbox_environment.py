@@ -57,9 +57,12 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         params = {k: v for k, v in params.items() if v is not None}
         if self.expired:  # a WebSocket outliving its reaped session would otherwise run uncounted episodes
             raise EpisodeError("this session has expired (idle, or never reset in time); open a new one")
+        # The new episode opens first: a refused reset (a bad field, a full server, a database that is down)
+        # leaves the current one as it was, instead of abandoning a counted attempt for nothing.
+        episode = self.service.open_episode(params, transport="websocket")
         self.close()
         self.ever_reset = True
-        self.episode = self.service.open_episode(params, transport="websocket")
+        self.episode = episode
         return MechSandboxObservation(**self.episode.reset_observation())
 
     def step(self, action: MechSandboxAction, timeout_s: float | None = None, **kwargs: Any) -> MechSandboxObservation:

@@ -89,8 +89,10 @@ class Runs:
         self.fingerprint = salt_fingerprint(salt)
         self.store: ResultStore | None = None
         self.where = ""
-        self.board: tuple[float, dict[str, Any]] | None = None
+        self.board: tuple[float, int, dict[str, Any]] | None = None  # (read at, write count then, board)
+        self.writes = 0  # results written through this server
         self.board_lock = threading.Lock()
+        self.compute_lock = threading.Lock()
 
     def open(self) -> None:
         """Open (and migrate) the results database; ``ResultsUnavailable`` in one line when it cannot be."""
@@ -192,9 +194,11 @@ class Runs:
         with database():
             attempt_id = store.claim(run.run_id, ref.task_id, family_version, ref.level, int(ref.index or 0),
                                      ref.instance_id)  # fmt: skip
-            if attempt_id is None and store.abandon(run.run_id, ref.instance_id, FLOOR):
-                log.info("%s reset an instance again: its open attempt there is abandoned", run.run_id)
-        self._changed()
+            abandoned = attempt_id is None and store.abandon(run.run_id, ref.instance_id, FLOOR)
+        if abandoned:
+            log.info("%s reset an instance again: its open attempt there is abandoned", run.run_id)
+        if attempt_id is not None or abandoned:
+            self._changed()
         if attempt_id is None:
             return Scoring("uncounted", run.run_id, reason=f"{run.run_id} already attempted this instance")
         return Scoring("counted", run.run_id, attempt_id)
@@ -213,30 +217,45 @@ class Runs:
     # --- reading -------------------------------------------------------------------------------
 
     def leaderboard(self) -> dict[str, Any]:
-        """The leaderboard, recomputed at most every ``BOARD_TTL_S`` (at once after a write on this server).
+        """The leaderboard: cached, and recomputed by one thread at a time when a write on this server (or the
+        ``BOARD_TTL_S`` age, for other replicas' writes) made it stale.
 
-        Why cached: it reads every attempt of every run (some 70,000 rows for 100 complete runs, about two
-        seconds); a replica sees another's writes within the TTL.
+        Why: it reads every attempt of every run (some 70,000 rows for 100 complete runs, about two seconds).
+        Each board remembers the write count it was read at, so a write during a recompute leaves it stale; and
+        concurrent readers wait for the one recompute instead of each starting their own.
         """
+        asked = time.monotonic()
         with self.board_lock:
-            cached = self.board
-            if cached is not None and time.monotonic() - cached[0] < BOARD_TTL_S:
-                return copy.deepcopy(cached[1])
-        store = self._store()
-        with database():
-            runs, attempts = store.runs(), store.attempts()
-        board = leaderboard(runs, attempts, {f.id: f.family_version for f in families()}, LEVELS, self.fingerprint,
-                            BENCHMARK_VERSION)  # fmt: skip
-        board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,
-                     salt="random (not comparable)" if self.salt_is_random else "fixed")  # fmt: skip
-        with self.board_lock:
-            self.board = (time.monotonic(), board)
-        return copy.deepcopy(board)
+            if self._fresh(asked):
+                return copy.deepcopy(self.board[2])  # type: ignore[index]
+        with self.compute_lock:
+            with self.board_lock:
+                if self._fresh(asked):  # another reader recomputed while this one waited
+                    return copy.deepcopy(self.board[2])  # type: ignore[index]
+                writes, started = self.writes, time.monotonic()
+            store = self._store()
+            with database():
+                runs, attempts = store.runs(), store.attempts()
+            current = {f.id: f.family_version for f in families()}
+            standard = min(self.settings.standard_set, self.settings.test_instances)
+            board = leaderboard(runs, attempts, current, LEVELS, self.fingerprint, BENCHMARK_VERSION, standard)
+            board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,
+                         salt="random (not comparable)" if self.salt_is_random else "fixed")  # fmt: skip
+            with self.board_lock:
+                self.board = (started, writes, board)
+            return copy.deepcopy(board)
+
+    def _fresh(self, asked: float) -> bool:
+        """Whether the cached board reflects every write on this server and is recent enough. Holds board_lock."""
+        if self.board is None:
+            return False
+        started, writes, _ = self.board
+        return writes == self.writes and asked - started < BOARD_TTL_S
 
     def _changed(self) -> None:
-        """A write on this server: the next leaderboard read recomputes."""
+        """A write on this server: a board read before it is stale."""
         with self.board_lock:
-            self.board = None
+            self.writes += 1
 
     def run_entry(self, run_id: str) -> dict[str, Any]:
         board = self.leaderboard()

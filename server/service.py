@@ -273,7 +273,8 @@ class Service:
                     self.http.pop(episode.episode_id, None)
             for episode in idle:
                 log.info("reaped idle HTTP episode %s…", episode.episode_id[:6])
-                episode.close()
+                # in its own thread: closing a counted attempt waits for a step that slipped in after the check
+                threading.Thread(target=episode.close, name="episode-close", daemon=True).start()
 
     # --- public descriptions ---------------------------------------------------------------------
 

@@ -93,6 +93,18 @@ def test_compare_refuses_runs_on_other_instances(server, runs, tmp_path) -> None
     assert forced.returncode == 0 and "warning (--force-compare)" in forced.stderr
 
 
+def test_compare_refuses_other_versions() -> None:
+    from mechsandbox.evaluation.compare import difference
+
+    this = {"split": "test", "salt_fingerprint": "fp", "benchmark_version": "0.1.0", "family_versions": {"t": "2"},
+            "instances": ["t/easy/test:0"]}  # fmt: skip
+    assert difference(dict(this), this) is None
+    assert "family versions: t 1 vs 2" in difference({**this, "family_versions": {"t": "1"}}, this)  # type: ignore[operator]
+    assert "benchmark 0.0.9" in difference({**this, "benchmark_version": "0.0.9"}, this)  # type: ignore[operator]
+    assert "another test set" in difference({**this, "salt_fingerprint": "other"}, this)  # type: ignore[operator]
+    assert "rerun it" in difference({"split": "test"}, this)  # type: ignore[operator]
+
+
 def test_train_split_with_seed_range(server, tmp_path) -> None:
     cmd = [*CLI, "--agent", "random", "--tasks", "dead-neurons", "--level", "easy", "--split", "train",
            "--seeds", "10-12", "--url", server.url, "--out", str(tmp_path)]  # fmt: skip

@@ -312,11 +312,47 @@ def test_partial_runs_never_rank_above_complete_ones(tmp_path) -> None:
 
     rows = [attempt("run-complete", lv, 0.3) for lv in ("easy", "medium", "hard")]
     rows += [attempt("run-partial", "easy", 0.99), attempt("run-other", "easy", 0.99, version="2")]
-    board = leaderboard([complete, partial, other], rows, {"x": "1"}, ("easy", "medium", "hard"), "fp", "0.1.0")
+    board = leaderboard([complete, partial, other], rows, {"x": "1"}, ("easy", "medium", "hard"), "fp", "0.1.0", 1)
     ranked = [(r["run_id"], r["rank"], r["complete"]) for r in board["runs"]]
     assert ranked[:2] == [("run-complete", 1, True), ("run-partial", 2, False)]
     assert ranked[2] == ("run-other", 1, False)  # another family version: its own group, never ranked with these
     assert board["runs"][2]["group"] != board["current_group"]
+
+
+def test_runs_on_other_standard_sets_or_old_versions_are_grouped_apart() -> None:
+    from mechsandbox.results import leaderboard
+    from mechsandbox.results.store import Attempt, RunInfo
+
+    def attempt(run: str, level: str, index: int, version: str = "1") -> Attempt:
+        return Attempt(0, run, "x", version, level, index, f"{run}-{level}-{index}", "graded", 0.9, 3, 1.0, 0.0, 1.0)
+
+    levels = ("easy", "medium", "hard")
+    small = RunInfo("run-small", "s", "", "", "fp", "0.1.0", 1, 1.0)  # "complete" after 3 episodes
+    big = RunInfo("run-big", "b", "", "", "fp", "0.1.0", 2, 2.0)
+    old = RunInfo("run-old", "o", "", "", "fp", "0.1.0", 2, 3.0)  # complete on version 0 of the family
+    rows = [attempt("run-small", lv, 0) for lv in levels]
+    rows += [attempt("run-big", lv, k) for lv in levels for k in range(2)]
+    rows += [attempt("run-old", lv, k, version="0") for lv in levels for k in range(2)]
+    board = {r["run_id"]: r for r in leaderboard([small, big, old], rows, {"x": "1"}, levels, "fp", "0.1.0", 2)["runs"]}
+    assert board["run-small"]["group"] != board["run-big"]["group"] == leaderboard([], [], {"x": "1"}, levels, "fp",
+                                                                                         "0.1.0", 2)["current_group"]
+    assert board["run-old"]["complete"] is True and board["run-old"]["group"] != board["run-big"]["group"]
+
+
+def test_a_refused_websocket_reset_keeps_the_counted_attempt(http: TestClient, service: Service) -> None:
+    import json
+
+    run = register(http)
+    with http.websocket_connect("/ws") as ws:
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": TASK, "split": "test", "index": 14,
+                                                           "run_token": run["run_token"]}}))  # fmt: skip
+        assert json.loads(ws.receive_text())["data"]["observation"]["counted"] is True
+        ws.send_text(json.dumps({"type": "reset", "data": {"task_id": TASK, "split": "test", "index": 99,
+                                                           "run_token": run["run_token"]}}))  # fmt: skip
+        assert json.loads(ws.receive_text())["type"] == "error"
+        ws.send_text(json.dumps({"type": "step", "data": {"solution_target": truth_of(14)}}))
+        graded = json.loads(ws.receive_text())["data"]
+        assert graded["reward"] == 0.99 and graded["observation"]["counted"] is True
 
 
 def test_wilson_interval_behaves_at_the_ceiling_and_at_small_n() -> None:
