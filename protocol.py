@@ -23,6 +23,11 @@ def clamp(x: Any) -> float:
     return float(min(CEIL, max(FLOOR, x)))
 
 
+def clip(text: str, keep: int) -> str:
+    """``text`` cut to ``keep`` characters, saying how many were dropped (trajectories keep outputs this way)."""
+    return text if len(text) <= keep else text[:keep] + f" ... [{len(text) - keep} more chars]"
+
+
 def one_line(text: Any, cap: int = 2000) -> str:
     """``text`` with every run of whitespace made one space, cut to ``cap`` characters."""
     flat = " ".join(str(text).split())

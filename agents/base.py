@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..models import MechSandboxAction
+from ..protocol import clip
 
 OUTPUT_KEEP = 4000  # characters of each observation kept in a trajectory
 
@@ -89,10 +90,6 @@ class EpisodeRecord:
         return {**self.result_row(), "turns": [s.__dict__ for s in self.steps]}
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= OUTPUT_KEEP else text[:OUTPUT_KEEP] + f" ... [{len(text) - OUTPUT_KEEP} more chars]"
-
-
 def play_episode(
     agent: Agent,
     env: Any,
@@ -129,7 +126,7 @@ def play_episode(
         obs = result.observation.model_dump()
         done = bool(result.done)
         log = StepLog(turns, turn.action, float(result.reward or 0.01), done, obs.get("error"),
-                      _clip(obs.get("stdout_or_error") or ""))  # fmt: skip
+                      clip(obs.get("stdout_or_error") or "", OUTPUT_KEEP))  # fmt: skip
         record.steps.append(log)
         if on_step:
             on_step(log)

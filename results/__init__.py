@@ -12,7 +12,6 @@ from .store import (
     ResultStore,
     ResultsUnavailable,
     RunInfo,
-    TrajectoryStep,
     resolve_database_url,
 )
 
@@ -21,7 +20,6 @@ __all__ = [
     "ResultStore",
     "ResultsUnavailable",
     "RunInfo",
-    "TrajectoryStep",
     "leaderboard",
     "resolve_database_url",
     "wilson_interval",

@@ -60,9 +60,6 @@ class RunInfo:
         return cls(row.run_id, row.agent, row.model, row.notes, row.salt_fingerprint, row.benchmark_version,
                    row.standard_set, row.created_at)  # fmt: skip
 
-    def public(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
 
 @dataclass(frozen=True)
 class Attempt:
@@ -82,17 +79,6 @@ class Attempt:
     started_at: float
     finished_at: float | None
     trajectory: Any = None
-
-
-@dataclass
-class TrajectoryStep:
-    """One step as stored: the action and the capped output (what a reviewer needs to audit a score)."""
-
-    step: int
-    action: dict[str, Any]
-    output: str
-    reward: float
-    error: str | None = None
 
 
 def token_hash(token: str) -> str:

@@ -88,7 +88,6 @@ class Runs:
         self.salt_is_random = salt_is_random
         self.fingerprint = salt_fingerprint(salt)
         self.store: ResultStore | None = None
-        self.where = ""
         self.board: tuple[float, int, dict[str, Any]] | None = None  # (read at, write count then, board)
         self.writes = 0  # results written through this server
         self.board_lock = threading.Lock()
@@ -108,8 +107,8 @@ class Runs:
         except ResultsUnavailable:
             store.close()
             raise
-        self.store, self.where = store, store.describe()
-        log.info("results database: %s", self.where)
+        self.store = store
+        log.info("results database: %s", store.describe())
 
     def backend(self) -> str:
         """``sqlite`` or ``postgresql`` (never the URL: it may hold a password); ``closed`` before start."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import protocol
+
 CODE_KEEP = 4000  # characters of each action and output kept in a stored trajectory
 
 
@@ -36,5 +38,5 @@ class Scoring:
 
 
 def clip(text: str, keep: int = CODE_KEEP) -> str:
-    """``text`` cut to ``keep`` characters, saying how many were dropped."""
-    return text if len(text) <= keep else text[:keep] + f" ... [{len(text) - keep} more chars]"
+    """``text`` cut to ``keep`` characters (``CODE_KEEP`` by default), saying how many were dropped."""
+    return protocol.clip(text, keep)
