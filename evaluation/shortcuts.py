@@ -1,0 +1,776 @@
+"""The shortcut audit: answering a family without the interpretability it names, with the family's own grader.
+
+Why: a family is a benchmark only if its answer cannot be read off the weights by statistics, found by a
+classifier trained on other seeds, or guessed from priors and the probe data's layout. Two audits of earlier
+versions found all three (issue 16: a composed-weights SVD gave causal-subspace's subspace exactly, the smallest
+QK spectral norm named the induction head, a constant middle layer farmed fact-storage's neighbour credit).
+This module runs those strategies, by class, against any family whose answer kind it knows:
+
+- ``stats``: one per-component statistic (norms, sorted singular-value profiles of QK, OV and MLP matrices,
+  effective and numerical ranks, kurtosis and max-abs of entries, biases), ranked both ways, told the answer
+  size (over all components, and per layer told each layer's count);
+- ``composed``: the same for products along residual paths (full QK and OV circuits through the embedding and
+  unembedding, head-to-head composition norms, MLP products), and, for subspace answers, the top singular
+  vectors of every product of the weight matrices;
+- ``classifier``: a logistic (softmax for roles) regression and a nearest-centroid rule on all those features,
+  fitted on half the seeds and scored on the other half, both ways;
+- ``prior``: the best constant answer, and the best answer built from the probe data's layout (positions by
+  token-id thresholds), chosen on half the seeds and scored on the other half.
+
+Each class's figure is the best strategy's mean score (chance-corrected where the family's grader is). Families
+whose stated definition is itself a weight formula are exempt from the classes that formula answers
+(:data:`EXEMPT`). ``tests/test_shortcut_audit.py`` holds every family to <= 0.3 on 40 seeds per level;
+``bench/shortcut_audit.py`` prints the table.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..answer_kind import AnswerKind
+from ..tasks import Instance, get_family
+
+CLASSES = ("stats", "composed", "classifier", "prior")
+LIMIT = 0.3
+
+# family -> (classes it is exempt from, why). The reason is printed by the bench and the test.
+EXEMPT: dict[str, tuple[tuple[str, ...], str]] = {
+    "dead-neurons": (CLASSES, "a dead unit is defined by its weights and bias on the input box (a weight formula)"),
+    "fourier-frequencies": (CLASSES, "the key rule is the embedding's Fourier power (a weight formula)"),
+    "superposition": (CLASSES, "represented features and groups are defined by W's columns and biases"),
+    "multiplication-neuron": (("composed",), "the unit is defined by its bilinear coefficients (left x right x out)"),
+    "additive-bypass": (("composed",), "the unit is defined by its bilinear coefficients (left x right x out)"),
+}
+
+
+def is_composed(feature: str) -> bool:
+    return feature.startswith("composed:")
+
+
+FEATURE_CLASSES = (("stats", lambda name: not is_composed(name)), ("composed", is_composed))
+
+
+@dataclass
+class Finding:
+    """One class's best strategy for one (family, level)."""
+
+    cls: str
+    score: float
+    strategy: str
+
+
+# ---------------------------------------------------------------------------------------------
+# matrix statistics
+# ---------------------------------------------------------------------------------------------
+N_PROFILE = 8
+
+
+def matrix_stats(
+    name: str, m: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+) -> dict[str, float]:
+    """Spectral profile and entry statistics of one matrix (rotation-invariant and not). ``factors`` (A, B) with
+    m = A @ B.T give the singular values from two thin QRs (a head's QK or OV has rank <= d_head)."""
+    m = m.double()
+    sv = low_rank_svdvals(*factors) if factors is not None else torch.linalg.svdvals(m)
+    top = float(sv[0]) if sv.numel() else 0.0
+    out = {f"{name}.fro": float(m.norm()), f"{name}.spec": top}
+    for i in range(1, N_PROFILE):
+        out[f"{name}.sv{i}"] = float(sv[i] / top) if i < sv.numel() and top > 0 else 0.0
+    p = sv / sv.sum().clamp_min(1e-30)
+    out[f"{name}.eff_rank"] = float(torch.exp(-(p * torch.log(p + 1e-30)).sum()))
+    out[f"{name}.num_rank"] = float((sv > 1e-3 * max(top, 1e-30)).sum())
+    flat = m.flatten()
+    centred = flat - flat.mean()
+    var = float((centred**2).mean())
+    out[f"{name}.kurt"] = float((centred**4).mean()) / var**2 if var > 0 else 0.0
+    rms = float(flat.pow(2).mean().sqrt())
+    out[f"{name}.maxabs"] = float(flat.abs().max()) / rms if rms > 0 else 0.0
+    out[f"{name}.dups"] = float(duplicate_rows(m) + duplicate_rows(m.T))
+    return out
+
+
+def low_rank_svdvals(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Singular values of a @ b.T from the QRs of a and b (cheap when both are thin)."""
+    _, ra = torch.linalg.qr(a.double())
+    _, rb = torch.linalg.qr(b.double())
+    return torch.linalg.svdvals(ra @ rb.T)
+
+
+def duplicate_rows(m: torch.Tensor, cos: float = 0.9999) -> int:
+    """How many rows are (anti)parallel copies of another non-zero row."""
+    norms = m.norm(dim=1)
+    live = norms > 1e-6 * max(float(norms.max()) if norms.numel() else 0.0, 1e-30)
+    rows = m[live] / norms[live, None]
+    if rows.shape[0] < 2:
+        return 0
+    c = (rows @ rows.T).abs()
+    c.fill_diagonal_(0.0)
+    return int((c.max(dim=1).values > cos).sum())
+
+
+# ---------------------------------------------------------------------------------------------
+# components and their features, per answer kind
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Components:
+    """The candidate components of one instance: ids as answers name them, a group (layer) each, and
+    features (names prefixed ``composed:`` are products along residual paths)."""
+
+    keys: list[Any]
+    groups: list[int]
+    names: list[str]
+    x: np.ndarray  # [n_components, n_features]
+
+
+def _table(keys: list[Any], groups: list[int], rows: list[dict[str, float]]) -> Components:
+    names = sorted(rows[0])
+    return Components(keys, groups, names, np.array([[r[n] for n in names] for r in rows], dtype=np.float64))
+
+
+def head_components(inst: Instance) -> Components:
+    """Every attention head, with its QK and OV profiles and those of its full circuits and compositions."""
+    m = inst.model
+    cfg = m.cfg
+    with torch.no_grad():
+        wq, wk, wv, wo = (t.double() for t in (m.W_Q, m.W_K, m.W_V, m.W_O))
+        we, wpos, wu = m.W_E.double(), m.W_pos.double(), m.W_U.double()
+        qk = torch.einsum("lhde,lhfe->lhdf", wq, wk)
+        ov = torch.einsum("lhde,lhef->lhdf", wv, wo)
+        keys, groups, rows = [], [], []
+        for lay in range(cfg.n_layers):
+            for h in range(cfg.n_heads):
+                r: dict[str, float] = {}
+                for name, mat in (("q", wq[lay, h]), ("k", wk[lay, h]), ("v", wv[lay, h]), ("o", wo[lay, h])):
+                    r[f"{name}.fro"] = float(mat.norm())
+                r["bq"] = float(m.b_Q[lay, h].norm())
+                q, k, v, o = wq[lay, h], wk[lay, h], wv[lay, h], wo[lay, h]
+                r.update(matrix_stats("qk", qk[lay, h], (q, k)))
+                r.update(matrix_stats("ov", ov[lay, h], (v, o.T)))
+                comp = {  # (matrix, its thin factors)
+                    "composed:qk_tok": (we @ qk[lay, h] @ we.T, (we @ q, we @ k)),
+                    "composed:qk_pos": (wpos @ qk[lay, h] @ wpos.T, (wpos @ q, wpos @ k)),
+                    "composed:ov_full": (we @ ov[lay, h] @ wu, (we @ v, wu.T @ o.T)),
+                    "composed:ov_unembed": (ov[lay, h] @ wu, (v, wu.T @ o.T)),
+                }
+                for name, (mat, fac) in comp.items():
+                    stats = matrix_stats(name, mat, fac)
+                    r.update({key: val for key, val in stats.items() if not key.endswith((".kurt", ".maxabs"))})
+                r.update(_composition(qk, ov, lay, h, cfg.n_layers, cfg.n_heads))
+                keys.append((lay, h))
+                groups.append(lay)
+                rows.append(r)
+    return _table(keys, groups, rows)
+
+
+def _composition(qk: torch.Tensor, ov: torch.Tensor, lay: int, h: int, n_layers: int, n_heads: int) -> dict:
+    """Composition norms (Elhage et al.): how strongly this head's Q, K or V read what earlier heads write, and how
+    strongly later heads read what it writes, as ||A B||_F / (||A||_F ||B||_F), max and mean over partners."""
+    def score(a: torch.Tensor, b: torch.Tensor) -> float:
+        den = float(a.norm() * b.norm())
+        return float((a @ b).norm()) / den if den > 0 else 0.0
+
+    out: dict[str, float] = {}
+    earlier = [(pl, ph) for pl in range(lay) for ph in range(n_heads)]
+    later = [(pl, ph) for pl in range(lay + 1, n_layers) for ph in range(n_heads)]
+    for direction, partners in (("in", earlier), ("out", later)):
+        for kind in ("q", "k", "v"):
+            vals = []
+            for pl, ph in partners:
+                if direction == "in":  # an earlier head's output feeds this head's query, key or value
+                    src_ov, dst_qk, dst_ov = ov[pl, ph], qk[lay, h], ov[lay, h]
+                else:
+                    src_ov, dst_qk, dst_ov = ov[lay, h], qk[pl, ph], ov[pl, ph]
+                if kind == "q":
+                    vals.append(score(src_ov, dst_qk))
+                elif kind == "k":
+                    vals.append(score(src_ov, dst_qk.T))
+                else:
+                    vals.append(score(src_ov, dst_ov))
+            out[f"composed:{kind}comp_{direction}.max"] = max(vals, default=0.0)
+            out[f"composed:{kind}comp_{direction}.mean"] = float(np.mean(vals)) if vals else 0.0
+    return out
+
+
+def mlp_layer_components(inst: Instance) -> Components:
+    """Every MLP layer of a transformer (the layer of a cell answer), with its matrices' profiles."""
+    m = inst.model
+    with torch.no_grad():
+        wu, we = m.W_U.double(), m.W_E.double()
+        rows = []
+        for lay in range(m.cfg.n_layers):
+            w_in, w_out, b_in = m.W_in[lay].double(), m.W_out[lay].double(), m.b_in[lay].double()
+            r = {**matrix_stats("w_in", w_in), **matrix_stats("w_out", w_out)}
+            r.update({"b_in.mean": float(b_in.mean()), "b_in.std": float(b_in.std()), "b_in.min": float(b_in.min())})
+            r.update(matrix_stats("composed:out_unembed", w_out @ wu))
+            r.update(matrix_stats("composed:embed_in", we @ w_in))
+            r.update(matrix_stats("composed:in_out", w_in @ w_out))
+            heads = [matrix_stats("attn_ov", m.W_V[lay, h].double() @ m.W_O[lay, h].double())
+                     for h in range(m.cfg.n_heads)]  # fmt: skip
+            r.update({f"{k}.mean": float(np.mean([hd[k] for hd in heads])) for k in heads[0]})
+            rows.append(r)
+    return _table(list(range(m.cfg.n_layers)), list(range(m.cfg.n_layers)), rows)
+
+
+def unit_components(inst: Instance) -> Components:
+    """Hidden units of a gated MLP (``left``/``right``/``out``) or of a ReLU MLP (``[0]``/``[2]``)."""
+    m = inst.model
+    with torch.no_grad():
+        rows = []
+        if hasattr(m, "left"):
+            wl, wr, wo = m.left.weight.double(), m.right.weight.double(), m.out.weight.double()
+            bl, br = m.left.bias.double(), m.right.bias.double()
+            for j in range(wl.shape[0]):
+                r = {}
+                for name, vec in (("l", wl[j]), ("r", wr[j]), ("out", wo[:, j])):
+                    r.update(_vector_stats(name, vec))
+                cos = abs(wl[j] @ wr[j]) / (wl[j].norm() * wr[j].norm()).clamp_min(1e-30)
+                r.update({"bl": float(bl[j]), "br": float(br[j]), "lr_cos": float(cos)})
+                rows.append(r)
+        else:
+            w, b, w2 = m[0].weight.double(), m[0].bias.double(), m[2].weight.double()
+            for j in range(w.shape[0]):
+                r = {**_vector_stats("in", w[j]), **_vector_stats("out", w2[:, j]), "b": float(b[j])}
+                rows.append(r)
+    n = len(rows)
+    return _table(list(range(n)), [0] * n, rows)
+
+
+def _vector_stats(name: str, v: torch.Tensor) -> dict[str, float]:
+    a = v.abs()
+    top = float(a.max()) if a.numel() else 0.0
+    srt = torch.sort(a, descending=True).values / max(top, 1e-30)
+    return {
+        f"{name}.norm": float(v.norm()),
+        f"{name}.l1": float(a.sum()),
+        f"{name}.max": top,
+        f"{name}.second": float(srt[1]) if srt.numel() > 1 else 0.0,
+        f"{name}.third": float(srt[2]) if srt.numel() > 2 else 0.0,
+        f"{name}.sparsity": float((a < 0.05 * max(top, 1e-30)).double().mean()),
+    }
+
+
+def frequency_components(inst: Instance) -> Components:
+    """Frequencies 1..p//2 of a modular-arithmetic model: the token-axis Fourier power of every matrix with a
+    token axis (embedding, unembedding) and of the embedding composed with the first layer's weights."""
+    m = inst.model
+    p = int(inst.truth["p"])
+    with torch.no_grad():
+        mats = {"embed": m.embed.weight.double(), "unembed": m.unembed.weight.double()}
+        d = mats["embed"].shape[1]
+        for side, w in (("left", getattr(m.mlp, "left", None)), ("right", getattr(m.mlp, "right", None))):
+            if w is not None:
+                wt = w.weight.double()
+                mats[f"composed:{side}_a"] = mats["embed"] @ wt[:, :d].T
+                mats[f"composed:{side}_b"] = mats["embed"] @ wt[:, d : 2 * d].T
+        if hasattr(m.mlp, "out"):
+            mats["composed:out_unembed"] = (m.unembed.weight.double() @ m.mlp.out.weight.double())
+        n_f = p // 2
+        rows = [dict() for _ in range(n_f)]
+        for name, mat in mats.items():
+            power = torch.fft.rfft(mat, dim=0).abs().pow(2).sum(dim=1)[1 : n_f + 1]
+            share = power / power.sum().clamp_min(1e-30)
+            for f in range(n_f):
+                rows[f][f"{name}.power"] = float(share[f])
+                rows[f][f"{name}.rank"] = float((share > share[f]).sum())
+    return _table(list(range(1, n_f + 1)), [0] * n_f, rows)
+
+
+# ---------------------------------------------------------------------------------------------
+# adapters: how an answer kind is built from chosen components, and what its labels are
+# ---------------------------------------------------------------------------------------------
+def truth_items(truth: dict) -> list:
+    for key in ("heads", "frequencies", "indices"):
+        if key in truth:
+            return [tuple(x) if isinstance(x, list) else x for x in truth[key]]
+    raise KeyError(f"no component list in a {truth.get('kind')} truth")
+
+
+def _as_answer_item(key: Any) -> Any:
+    return list(key) if isinstance(key, tuple) else key
+
+
+class SetAdapter:
+    """Answers that are a set of components (heads, units, frequencies)."""
+
+    def __init__(self, components: Callable[[Instance], Components]):
+        self.components = components
+
+    def labels(self, inst: Instance, comp: Components) -> np.ndarray:
+        truth = set(truth_items(inst.truth))
+        return np.array([1 if k in truth else 0 for k in comp.keys])
+
+    def choose(self, inst: Instance, comp: Components, score: np.ndarray, per_group: bool) -> Any:
+        """The top components by ``score``, told the answer size (per group, each group's count)."""
+        truth = truth_items(inst.truth)
+        if per_group:
+            want = Counter(comp.groups[comp.keys.index(t)] for t in truth)
+            chosen = []
+            for g, n in want.items():
+                idx = [i for i in np.argsort(-score, kind="stable") if comp.groups[i] == g][:n]
+                chosen += [comp.keys[i] for i in idx]
+        else:
+            chosen = [comp.keys[i] for i in np.argsort(-score, kind="stable")[: len(truth)]]
+        return [_as_answer_item(k) for k in chosen]
+
+
+class RolesAdapter:
+    """A role for every head (head-roles): labels are role indices."""
+
+    def __init__(self, roles: Sequence[str]):
+        self.roles = list(roles)
+        self.components = head_components
+
+    def labels(self, inst: Instance, comp: Components) -> np.ndarray:
+        return np.array([self.roles.index(inst.truth["roles"][f"L{lay}H{h}"]) for lay, h in comp.keys])
+
+    def answer(self, comp: Components, predicted: np.ndarray) -> dict[str, str]:
+        return {f"L{lay}H{h}": self.roles[int(c)] for (lay, h), c in zip(comp.keys, predicted, strict=True)}
+
+
+# ---------------------------------------------------------------------------------------------
+# learners (small, deterministic: full-batch LBFGS on standardized features)
+# ---------------------------------------------------------------------------------------------
+def _standardize(train: np.ndarray, test: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    mu, sd = train.mean(0), train.std(0)
+    sd[sd < 1e-12] = 1.0
+    return np.nan_to_num((train - mu) / sd), np.nan_to_num((test - mu) / sd)
+
+
+def within(comp: Components) -> np.ndarray:
+    """Features z-scored within each group of one instance ("the smallest norm in its layer")."""
+    x = comp.x.copy()
+    g = np.array(comp.groups)
+    for grp in set(comp.groups):
+        rows = g == grp
+        mu, sd = x[rows].mean(0), x[rows].std(0)
+        sd[sd < 1e-12] = 1.0
+        x[rows] = (x[rows] - mu) / sd
+    return x
+
+
+def design(comp: Components, n_groups: int) -> np.ndarray:
+    """The per-component statistics (not the composed readings: those are class ``composed``, read one at a time),
+    their within-group z-scores and a one-hot group."""
+    cols = [j for j, name in enumerate(comp.names) if not name.startswith("composed:")]
+    onehot = np.eye(n_groups)[np.array(comp.groups)]
+    return np.hstack([comp.x[:, cols], within(comp)[:, cols], onehot])
+
+
+def softmax_regression(
+    x: np.ndarray, y: np.ndarray, n_classes: int, l2: float = 1e-2
+) -> Callable[[np.ndarray], np.ndarray]:
+    """Fit a multinomial logistic regression; return a function giving class scores [n, n_classes]."""
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y).long()
+    w = torch.zeros(x.shape[1], n_classes, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(n_classes, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=100, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(xt @ w + b, yt) + l2 * (w**2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    w_, b_ = w.detach(), b.detach()
+    return lambda z: (torch.from_numpy(z) @ w_ + b_).numpy()
+
+
+def nearest_centroid(x: np.ndarray, y: np.ndarray, n_classes: int) -> Callable[[np.ndarray], np.ndarray]:
+    cents = np.stack([x[y == c].mean(0) if (y == c).any() else np.full(x.shape[1], np.inf) for c in range(n_classes)])
+    return lambda z: -np.nan_to_num(((z[:, None, :] - cents[None]) ** 2).sum(-1), nan=np.inf, posinf=1e30)
+
+
+# ---------------------------------------------------------------------------------------------
+# the audit
+# ---------------------------------------------------------------------------------------------
+def folds(n: int) -> list[tuple[list[int], list[int]]]:
+    a, b = list(range(0, n, 2)), list(range(1, n, 2))
+    return [(a, b), (b, a)]
+
+
+class Audit:
+    """Runs the four classes for one family and level over a list of instances (40 recommended)."""
+
+    def __init__(self, task_id: str, instances: list[Instance]):
+        self.family = get_family(task_id)
+        self.insts = instances
+        self.kind = AnswerKind(instances[0].truth["kind"])
+
+    def grade(self, answer: Any, inst: Instance) -> float:
+        return self.family.grade(answer, inst.truth, inst).score
+
+    def mean(self, answers: Sequence[Any], idx: Sequence[int]) -> float:
+        return float(np.mean([self.grade(a, self.insts[i]) for a, i in zip(answers, idx, strict=True)]))
+
+    def run(self, classes: Sequence[str] = CLASSES) -> list[Finding]:
+        runner = {
+            AnswerKind.HEADS: self._sets,
+            AnswerKind.HEADS_ROLES: self._sets,
+            AnswerKind.INDICES: self._sets,
+            AnswerKind.FREQUENCIES: self._sets,
+            AnswerKind.ROLES: self._roles,
+            AnswerKind.BASIS: self._basis,
+            AnswerKind.CELL: self._cell,
+        }.get(self.kind)
+        if runner is None:
+            raise NotImplementedError(f"the shortcut audit has no adapter for answer kind {self.kind}")
+        found = runner()
+        return [f for f in found if f.cls in classes]
+
+    # -- sets of components ----------------------------------------------------------------
+    def _set_adapter(self) -> SetAdapter:
+        if self.kind in (AnswerKind.HEADS, AnswerKind.HEADS_ROLES):
+            return SetAdapter(head_components)
+        if self.kind is AnswerKind.FREQUENCIES:
+            return SetAdapter(frequency_components)
+        return SetAdapter(unit_components)
+
+    def _sets(self) -> list[Finding]:
+        ad = self._set_adapter()
+        comps = [ad.components(i) for i in self.insts]
+        n = len(self.insts)
+        out = []
+        for cls, pick in FEATURE_CLASSES:
+            best = Finding(cls, 0.0, "none")
+            for j, name in enumerate(comps[0].names):
+                if not pick(name):
+                    continue
+                for sign, per_group in itertools.product((1, -1), (False, True)):
+                    answers = [ad.choose(inst, c, sign * c.x[:, j], per_group)
+                               for inst, c in zip(self.insts, comps, strict=True)]  # fmt: skip
+                    score = self.mean(answers, range(n))
+                    if score > best.score:
+                        where = " per layer" if per_group else ""
+                        best = Finding(cls, score, f"{'-' if sign < 0 else '+'}{name}{where}")
+            out.append(best)
+        n_groups = max(max(c.groups) for c in comps) + 1
+        best = Finding("classifier", 0.0, "none")
+        for learner_name, learner in (("logistic", softmax_regression), ("centroid", nearest_centroid)):
+            for per_group in (False, True):
+                scores = []
+                for train, test in folds(n):
+                    x = np.vstack([design(comps[i], n_groups) for i in train])
+                    y = np.concatenate([ad.labels(self.insts[i], comps[i]) for i in train])
+                    xs, _ = _standardize(x, x)
+                    model = learner(xs, y, 2)
+                    for i in test:
+                        _, z = _standardize(x, design(comps[i], n_groups))
+                        s = model(z)
+                        answer = ad.choose(self.insts[i], comps[i], s[:, 1] - s[:, 0], per_group)
+                        answer = self._with_prior_roles(answer, train)
+                        scores.append(self.grade(answer, self.insts[i]))
+                score = float(np.mean(scores))
+                if score > best.score:
+                    best = Finding("classifier", score, f"{learner_name}{' per layer' if per_group else ''}")
+        out.append(best)
+        out.append(self._set_priors(comps))
+        return out
+
+    def _with_prior_roles(self, heads: list, train: Sequence[int]) -> Any:
+        """For role-labelled head answers: each head gets its layer's most common true role on ``train``."""
+        if self.kind is not AnswerKind.HEADS_ROLES:
+            return heads
+        by_layer: dict[int, Counter] = {}
+        for i in train:
+            for name, role in self.insts[i].truth["roles"].items():
+                by_layer.setdefault(int(name[1 : name.index("H")]), Counter())[role] += 1
+        roles = {f"L{lay}H{h}": by_layer[lay].most_common(1)[0][0] for lay, h in heads if lay in by_layer}
+        return {"heads": heads, "roles": roles}
+
+    def _set_priors(self, comps: list[Components]) -> Finding:
+        """Constant answers: each single component, and the k most frequent true components on the train half."""
+        n = len(self.insts)
+        universe = sorted({k for c in comps for k in c.keys}, key=str)
+        k_max = max(len(truth_items(i.truth)) for i in self.insts)
+        scores: dict[str, list[float]] = {}
+        for train, test in folds(n):
+            freq = Counter(t for i in train for t in truth_items(self.insts[i].truth))
+            cands = {f"[{u}]": [_as_answer_item(u)] for u in universe}
+            for k in range(1, max(k_max, 6) + 1):
+                top = [_as_answer_item(c) for c, _ in freq.most_common(k)]
+                cands[f"{k} most frequent"] = self._with_prior_roles(top, train)
+            # choose on train, score on test
+            name = max(cands, key=lambda c: self.mean([cands[c]] * len(train), train))
+            scores.setdefault("chosen", []).append(self.mean([cands[name]] * len(test), test))
+        return Finding("prior", float(np.mean(scores["chosen"])), "best constant chosen on the other half")
+
+    # -- roles --------------------------------------------------------------------------------
+    def _roles(self) -> list[Finding]:
+        roles = self.family_roles()
+        ad = RolesAdapter(roles)
+        comps = [ad.components(i) for i in self.insts]
+        n, n_groups, n_cls = len(self.insts), max(comps[0].groups) + 1, len(roles)
+        out = []
+
+        def fitted(cols: Callable[[Components], np.ndarray], learner: Callable) -> float:
+            scores = []
+            for train, test in folds(n):
+                x = np.vstack([cols(comps[i]) for i in train])
+                y = np.concatenate([ad.labels(self.insts[i], comps[i]) for i in train])
+                xs, _ = _standardize(x, x)
+                model = learner(xs, y, n_cls)
+                for i in test:
+                    _, z = _standardize(x, cols(comps[i]))
+                    scores.append(self.grade(ad.answer(comps[i], model(z).argmax(1)), self.insts[i]))
+            return float(np.mean(scores))
+
+        onehot = lambda c: np.eye(n_groups)[np.array(c.groups)]  # noqa: E731
+        for cls, pick in FEATURE_CLASSES:
+            best = Finding(cls, 0.0, "none")
+            for j, name in enumerate(comps[0].names):
+                if not pick(name):
+                    continue
+                one = lambda c, j=j: np.hstack([c.x[:, [j]], within(c)[:, [j]], onehot(c)])  # noqa: E731
+                score = fitted(one, softmax_regression)
+                if score > best.score:
+                    best = Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer")
+            out.append(best)
+        best = Finding("classifier", 0.0, "none")
+        for learner_name, learner in (("softmax", softmax_regression), ("centroid", nearest_centroid)):
+            score = fitted(lambda c: design(c, n_groups), learner)
+            if score > best.score:
+                best = Finding("classifier", score, f"{learner_name} on every feature")
+        out.append(best)
+        prior_scores = []
+        for train, test in folds(n):
+            y = [Counter() for _ in range(n_groups)]
+            for i in train:
+                for g, lab in zip(comps[i].groups, ad.labels(self.insts[i], comps[i]), strict=True):
+                    y[g][int(lab)] += 1
+            for i in test:
+                pred = np.array([y[g].most_common(1)[0][0] for g in comps[i].groups])
+                prior_scores.append(self.grade(ad.answer(comps[i], pred), self.insts[i]))
+        out.append(Finding("prior", float(np.mean(prior_scores)), "each layer's most common role"))
+        return out
+
+    def family_roles(self) -> list[str]:
+        roles = self.insts[0].answer_schema.get("x-roles")
+        if not roles:
+            raise NotImplementedError("a roles answer schema without x-roles")
+        return list(roles)
+
+    # -- subspaces ----------------------------------------------------------------------------
+    def _basis(self) -> list[Finding]:
+        """Top-k singular vectors of every product of the weight matrices that reads the hidden space, and of the
+        rows of the units a statistic ranks first."""
+        n = len(self.insts)
+        readings: dict[str, list[Any]] = {}
+        unit_rank: dict[str, list[Any]] = {}
+        for inst in self.insts:
+            for name, ans in _basis_readings(inst).items():
+                readings.setdefault(name, []).append(ans)
+            for name, ans in _basis_by_units(inst).items():
+                unit_rank.setdefault(name, []).append(ans)
+        out = []
+        for cls, table in (("composed", readings), ("stats", unit_rank)):
+            best = Finding(cls, 0.0, "none")
+            for name, answers in table.items():
+                score = self.mean(answers, range(n))
+                if score > best.score:
+                    best = Finding(cls, score, name)
+            out.append(best)
+        k = int(self.insts[0].truth["k"])
+        d = int(self.insts[0].truth["d"])
+        axes = [[1.0 if j == i else 0.0 for j in range(d)] for i in range(k)]
+        out.append(Finding("prior", self.mean([axes] * n, range(n)), "the first k coordinate axes"))
+        out.append(Finding("classifier", self._basis_classifier(), "logistic on unit features"))
+        return out
+
+    def _basis_classifier(self) -> float:
+        """Units labelled by whether they read the true subspace; the top-scored units' rows give the basis."""
+        comps = [unit_components_subspace(i) for i in self.insts]
+        n = len(self.insts)
+        scores = []
+        for train, test in folds(n):
+            x = np.vstack([comps[i].x for i in train])
+            y = np.concatenate([_reads_truth(self.insts[i]) for i in train])
+            xs, _ = _standardize(x, x)
+            model = softmax_regression(xs, y, 2)
+            for i in test:
+                _, z = _standardize(x, comps[i].x)
+                s = model(z)
+                scores.append(self.grade(_span_of_units(self.insts[i], s[:, 1] - s[:, 0]), self.insts[i]))
+        return float(np.mean(scores))
+
+    # -- cells --------------------------------------------------------------------------------
+    def _cell(self) -> list[Finding]:
+        """(layer, position): layers from per-layer weight features or constants, positions from rules on the probe
+        tokens (chosen on the other half of the seeds) or constants. Every cell of every instance is graded once."""
+        comps = [mlp_layer_components(i) for i in self.insts]
+        n = len(self.insts)
+        rules = _position_rules(self.insts)
+        n_layers, n_pos = len(comps[0].keys), int(self.insts[0].truth["n_positions"])
+        grid = np.array([[[self.grade({"layer": lay, "position": pos}, inst) for pos in range(n_pos)]
+                          for lay in range(n_layers)] for inst in self.insts])  # fmt: skip
+        pos_of = {r: np.array(v) for r, v in rules.items()}
+
+        def mean_of(layers: np.ndarray, r: str, idx: Sequence[int]) -> float:
+            idx = np.array(idx)
+            return float(grid[idx, layers[idx], pos_of[r][idx]].mean())
+
+        def with_rules(layers: np.ndarray, fit_layers: np.ndarray | None = None) -> float:
+            """Mean on each half with the position rule chosen on the other half (with ``fit_layers`` there)."""
+            fit = layers if fit_layers is None else fit_layers
+            scores = []
+            for train, test in folds(n):
+                r = max(rules, key=lambda r: mean_of(fit, r, train))
+                scores.append(mean_of(layers, r, test) * len(test))
+            return sum(scores) / n
+
+        out = []
+        for cls, pick in FEATURE_CLASSES:
+            best = Finding(cls, 0.0, "none")
+            for j, name in enumerate(comps[0].names):
+                if not pick(name):
+                    continue
+                for sign in (1, -1):
+                    score = with_rules(np.array([int(np.argmax(sign * c.x[:, j])) for c in comps]))
+                    if score > best.score:
+                        best = Finding(cls, score, f"{'max' if sign > 0 else 'min'} {name} layer, best position rule")
+            out.append(best)
+        # classifier over layers: which layer is the fact layer, from per-layer features
+        predicted = np.zeros(n, dtype=int)
+        for train, test in folds(n):
+            x = np.vstack([design(comps[i], n_layers) for i in train])
+            y = np.concatenate([[1 if k == self.insts[i].truth["layer"] else 0 for k in comps[i].keys] for i in train])
+            xs, _ = _standardize(x, x)
+            model = softmax_regression(xs, y, 2)
+            for i in test:
+                _, z = _standardize(x, design(comps[i], n_layers))
+                s = model(z)
+                predicted[i] = int(np.argmax(s[:, 1] - s[:, 0]))
+        true_layers = np.array([i.truth["layer"] for i in self.insts])
+        out.append(Finding("classifier", with_rules(predicted, true_layers),
+                           "logistic over layer features, position rule chosen with the true layers"))  # fmt: skip
+        # priors: a constant layer with the best position rule, chosen on the other half
+        scores = []
+        for train, test in folds(n):
+            lay, r = max(itertools.product(range(n_layers), rules),
+                         key=lambda c: mean_of(np.full(n, c[0]), c[1], train))  # fmt: skip
+            scores.append(mean_of(np.full(n, lay), r, test) * len(test))
+        out.append(Finding("prior", sum(scores) / n, "constant layer + position rule from the probe tokens"))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# subspace readings (causal-subspace): the model is enc -> hidden -> mlp_in -> relu -> out
+# ---------------------------------------------------------------------------------------------
+def _top_right(m: torch.Tensor, k: int) -> list[list[float]]:
+    _, _, vh = torch.linalg.svd(m.double(), full_matrices=False)
+    return vh[:k].tolist()
+
+
+def _basis_readings(inst: Instance) -> dict[str, Any]:
+    m, k = inst.model, int(inst.truth["k"])
+    with torch.no_grad():
+        w_in, b_in = m.mlp_in.weight.double(), m.mlp_in.bias.double()
+        w_out = m.out.weight.double()
+        w_enc = m.enc.weight.double()
+        centred = w_out - w_out.mean(0, keepdim=True)  # logit differences: what changes the class
+        out = {
+            "top right singular vectors of mlp_in": _top_right(w_in, k),
+            "of out @ mlp_in": _top_right(w_out @ w_in, k),
+            "of centred out @ mlp_in": _top_right(centred @ w_in, k),
+            "of |out| column-weighted mlp_in": _top_right(w_out.norm(dim=0)[:, None] * w_in, k),
+            "of out @ diag(b_in > 0) @ mlp_in": _top_right(w_out @ torch.diag((b_in > 0).double()) @ w_in, k),
+            "top left singular vectors of enc": torch.linalg.svd(w_enc, full_matrices=False)[0][:, :k].T.tolist(),
+            "of mlp_in restricted to enc's range": _top_right(w_in @ _proj(w_enc), k),
+            "of out @ mlp_in @ enc, mapped back": _top_right(((w_out @ w_in @ w_enc) @ torch.linalg.pinv(w_enc)), k),
+        }
+    return out
+
+
+def _proj(w_enc: torch.Tensor) -> torch.Tensor:
+    u, s, _ = torch.linalg.svd(w_enc, full_matrices=False)
+    u = u[:, s > 1e-6 * s.max()]
+    return u @ u.T
+
+
+def unit_components_subspace(inst: Instance) -> Components:
+    m = inst.model
+    with torch.no_grad():
+        w_in, b_in, w_out = m.mlp_in.weight.double(), m.mlp_in.bias.double(), m.out.weight.double()
+        rows = []
+        for j in range(w_in.shape[0]):
+            r = {**_vector_stats("in", w_in[j]), **_vector_stats("out", w_out[:, j]), "b": float(b_in[j])}
+            r["out_centred"] = float((w_out[:, j] - w_out[:, j].mean()).norm())
+            others = torch.cat([w_in[:j], w_in[j + 1 :]])
+            cos = (others @ w_in[j]) / (others.norm(dim=1) * w_in[j].norm()).clamp_min(1e-30)
+            r["twin_cos"] = float(cos.abs().max())
+            rows.append(r)
+    return _table(list(range(len(rows))), [0] * len(rows), rows)
+
+
+def _reads_truth(inst: Instance) -> np.ndarray:
+    basis = torch.tensor(inst.truth["basis"], dtype=torch.float64)
+    q, _ = torch.linalg.qr(basis.T)
+    w = inst.model.mlp_in.weight.detach().double()
+    share = (w @ q).norm(dim=1) / w.norm(dim=1).clamp_min(1e-30)
+    return (share > 0.7).long().numpy()
+
+
+def _span_of_units(inst: Instance, score: np.ndarray) -> list[list[float]]:
+    k = int(inst.truth["k"])
+    w = inst.model.mlp_in.weight.detach().double()
+    top = np.argsort(-score, kind="stable")[: 2 * k]
+    return _top_right(w[top], k)
+
+
+def _basis_by_units(inst: Instance) -> dict[str, Any]:
+    comp = unit_components_subspace(inst)
+    k = int(inst.truth["k"])
+    out = {}
+    for j, name in enumerate(comp.names):
+        for sign in (1, -1):
+            for mult in (1, 2):
+                score = sign * comp.x[:, j]
+                w = inst.model.mlp_in.weight.detach().double()
+                top = np.argsort(-score, kind="stable")[: mult * k]
+                out[f"rows of the {mult * k} units with {'max' if sign > 0 else 'min'} {name}"] = _top_right(w[top], k)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# position rules from the probe tokens (cells)
+# ---------------------------------------------------------------------------------------------
+def _position_rules(insts: list[Instance]) -> dict[str, list[int]]:
+    """Positions computed from each instance's probe tokens by simple rules, per instance: every constant
+    position; the first / last position where most rows hold a token id below (or at least) a threshold; the
+    first / last position where clean and corrupted tokens differ (when the probe gives both)."""
+    n_ctx = int(insts[0].truth["n_positions"])
+    rules: dict[str, list[int]] = {f"position {p}": [p] * len(insts) for p in range(n_ctx)}
+    vocab = max(int(i.probe["tokens"].max()) for i in insts) + 1
+    for t, below, last in itertools.product(range(1, vocab + 1), (True, False), (True, False)):
+        name = f"{'last' if last else 'first'} position with ids {'<' if below else '>='} {t}"
+        rules[name] = []
+        for inst in insts:
+            toks = inst.probe["tokens"]
+            hit = ((toks < t) if below else (toks >= t)).double().mean(0) > 0.5
+            where = torch.nonzero(hit).flatten().tolist()
+            rules[name].append((where[-1] if last else where[0]) if where else 0)
+    if all("corrupted_tokens" in i.probe for i in insts):
+        for last in (True, False):
+            name = f"{'last' if last else 'first'} position where clean and corrupted differ"
+            rules[name] = []
+            for inst in insts:
+                diff = (inst.probe["tokens"] != inst.probe["corrupted_tokens"]).double().mean(0) > 0.5
+                where = torch.nonzero(diff).flatten().tolist()
+                rules[name].append((where[-1] if last else where[0]) if where else 0)
+    # deduplicate identical rules (saves grading)
+    seen: dict[tuple, str] = {}
+    return {name: pos for name, pos in rules.items() if seen.setdefault(tuple(pos), name) == name}
+
+
+def audit(task_id: str, instances: list[Instance]) -> list[Finding]:
+    """Every class the family is not exempt from (see :data:`EXEMPT`)."""
+    exempt = EXEMPT.get(get_family(task_id).id, ((), ""))[0]
+    classes = [c for c in CLASSES if c not in exempt]
+    return Audit(task_id, instances).run(classes) if classes else []
