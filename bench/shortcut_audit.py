@@ -49,7 +49,8 @@ def main() -> None:
         for level in args.levels.split(","):
             t0 = time.perf_counter()
             if set(EXEMPT.get(fam.id, ((), ""))[0]) == set(CLASSES):
-                print(f"{fam.id:22} {level:6} " + " ".join(f"{'exempt':>10}" for _ in CLASSES) + f"  {EXEMPT[fam.id][1]}")
+                cells = " ".join(f"{'exempt':>10}" for _ in CLASSES)
+                print(f"{fam.id:22} {level:6} {cells}  {EXEMPT[fam.id][1]}")
                 continue
             found = {f.cls: f for f in audit(fam.id, instances(fam.id, level, args.seeds, args.cache))}
             cells = " ".join(f"{found[c].score:10.3f}" if c in found else f"{'exempt':>10}" for c in CLASSES)

@@ -143,6 +143,7 @@ def head_components(inst: Instance) -> Components:
         we, wpos, wu = m.W_E.double(), m.W_pos.double(), m.W_U.double()
         qk = torch.einsum("lhde,lhfe->lhdf", wq, wk)
         ov = torch.einsum("lhde,lhef->lhdf", wv, wo)
+        comp_scores = composition_scores(wq, wk, wv, wo)
         keys, groups, rows = [], [], []
         for lay in range(cfg.n_layers):
             for h in range(cfg.n_heads):
@@ -162,39 +163,43 @@ def head_components(inst: Instance) -> Components:
                 for name, (mat, fac) in comp.items():
                     stats = matrix_stats(name, mat, fac)
                     r.update({key: val for key, val in stats.items() if not key.endswith((".kurt", ".maxabs"))})
-                r.update(_composition(qk, ov, lay, h, cfg.n_layers, cfg.n_heads))
+                r.update(_composition(comp_scores, lay, h))
                 keys.append((lay, h))
                 groups.append(lay)
                 rows.append(r)
     return _table(keys, groups, rows)
 
 
-def _composition(qk: torch.Tensor, ov: torch.Tensor, lay: int, h: int, n_layers: int, n_heads: int) -> dict:
-    """Composition norms (Elhage et al.): how strongly this head's Q, K or V read what earlier heads write, and how
-    strongly later heads read what it writes, as ||A B||_F / (||A||_F ||B||_F), max and mean over partners."""
-    def score(a: torch.Tensor, b: torch.Tensor) -> float:
-        den = float(a.norm() * b.norm())
-        return float((a @ b).norm()) / den if den > 0 else 0.0
+def composition_scores(
+    wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Composition norms (Elhage et al.) of every (source head, later destination head): how strongly the
+    destination's query, key or value reads what the source writes, ||OV_s M_t||_F / (||OV_s||_F ||M_t||_F) with
+    M_t = QK_t, QK_t^T or OV_t. [kind] -> [L, H, L, H], zero unless the source's layer is earlier. Computed through
+    thin QRs (every factor has d_head columns), so no d_model x d_model product is formed."""
+    n_layers, n_heads = wq.shape[:2]
+    src = torch.linalg.qr(wv)[1] @ wo  # ||V O X|| = ||R_V O X||: [L, H, dh, d]
+    src_norm = src.norm(dim=(-2, -1))
+    layer = torch.arange(n_layers)
+    earlier = (layer[:, None, None, None] < layer[None, None, :, None]).double()
+    out = {}
+    for kind, (c, dmat) in {"q": (wq, wk), "k": (wk, wq), "v": (wv, wo.transpose(-1, -2))}.items():
+        rd_t = torch.linalg.qr(dmat)[1].transpose(-1, -2)  # M_t = C D^T, ||X C D^T|| = ||X C R_D^T||
+        dst_norm = (c @ rd_t).norm(dim=(-2, -1))
+        core = torch.einsum("abed,cfdg->abcfeg", src, c) @ rd_t[None, None]
+        den = (src_norm[:, :, None, None] * dst_norm[None, None]).clamp_min(1e-30)
+        out[kind] = core.norm(dim=(-2, -1)) / den * earlier.expand(n_layers, n_heads, n_layers, n_heads)
+    return out
 
+
+def _composition(scores: dict[str, torch.Tensor], lay: int, h: int) -> dict[str, float]:
+    """Per head: the max and mean composition with earlier heads (``in``) and with later heads (``out``)."""
     out: dict[str, float] = {}
-    earlier = [(pl, ph) for pl in range(lay) for ph in range(n_heads)]
-    later = [(pl, ph) for pl in range(lay + 1, n_layers) for ph in range(n_heads)]
-    for direction, partners in (("in", earlier), ("out", later)):
-        for kind in ("q", "k", "v"):
-            vals = []
-            for pl, ph in partners:
-                if direction == "in":  # an earlier head's output feeds this head's query, key or value
-                    src_ov, dst_qk, dst_ov = ov[pl, ph], qk[lay, h], ov[lay, h]
-                else:
-                    src_ov, dst_qk, dst_ov = ov[lay, h], qk[pl, ph], ov[pl, ph]
-                if kind == "q":
-                    vals.append(score(src_ov, dst_qk))
-                elif kind == "k":
-                    vals.append(score(src_ov, dst_qk.T))
-                else:
-                    vals.append(score(src_ov, dst_ov))
-            out[f"composed:{kind}comp_{direction}.max"] = max(vals, default=0.0)
-            out[f"composed:{kind}comp_{direction}.mean"] = float(np.mean(vals)) if vals else 0.0
+    for kind, sc in scores.items():
+        for direction, vals in (("in", sc[:lay, :, lay, h]), ("out", sc[lay, h, lay + 1 :])):
+            vals = vals.flatten()
+            out[f"composed:{kind}comp_{direction}.max"] = float(vals.max()) if vals.numel() else 0.0
+            out[f"composed:{kind}comp_{direction}.mean"] = float(vals.mean()) if vals.numel() else 0.0
     return out
 
 
