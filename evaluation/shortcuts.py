@@ -408,6 +408,12 @@ class Audit:
         self.family = get_family(task_id)
         self.insts = instances
         self.kind = AnswerKind(instances[0].truth["kind"])
+        self.tried: list[Finding] = []
+
+    def keep(self, best: Finding, candidate: Finding) -> Finding:
+        """Record every strategy's score (``self.tried``, for the bench's detail) and return the better one."""
+        self.tried.append(candidate)
+        return candidate if candidate.score > best.score else best
 
     def grade(self, answer: Any, inst: Instance) -> float:
         return self.family.grade(answer, inst.truth, inst).score
@@ -452,9 +458,8 @@ class Audit:
                     answers = [ad.choose(inst, c, sign * c.x[:, j], per_group)
                                for inst, c in zip(self.insts, comps, strict=True)]  # fmt: skip
                     score = self.mean(answers, range(n))
-                    if score > best.score:
-                        where = " per layer" if per_group else ""
-                        best = Finding(cls, score, f"{'-' if sign < 0 else '+'}{name}{where}")
+                    where = " per layer" if per_group else ""
+                    best = self.keep(best, Finding(cls, score, f"{'-' if sign < 0 else '+'}{name}{where}"))
             out.append(best)
         n_groups = max(max(c.groups) for c in comps) + 1
         best = Finding("classifier", 0.0, "none")
@@ -473,8 +478,8 @@ class Audit:
                         answer = self._with_prior_roles(answer, train)
                         scores.append(self.grade(answer, self.insts[i]))
                 score = float(np.mean(scores))
-                if score > best.score:
-                    best = Finding("classifier", score, f"{learner_name}{' per layer' if per_group else ''}")
+                name = f"{learner_name}{' per layer' if per_group else ''}"
+                best = self.keep(best, Finding("classifier", score, name))
         out.append(best)
         out.append(self._set_priors(comps))
         return out
@@ -535,14 +540,12 @@ class Audit:
                     continue
                 one = lambda c, j=j: np.hstack([c.x[:, [j]], within(c)[:, [j]], onehot(c)])  # noqa: E731
                 score = fitted(one, softmax_regression)
-                if score > best.score:
-                    best = Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer")
+                best = self.keep(best, Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer"))
             out.append(best)
         best = Finding("classifier", 0.0, "none")
         for learner_name, learner in (("softmax", softmax_regression), ("centroid", nearest_centroid)):
             score = fitted(lambda c: design(c, n_groups), learner)
-            if score > best.score:
-                best = Finding("classifier", score, f"{learner_name} on every feature")
+            best = self.keep(best, Finding("classifier", score, f"{learner_name} on every feature"))
         out.append(best)
         prior_scores = []
         for train, test in folds(n):
@@ -579,8 +582,7 @@ class Audit:
             best = Finding(cls, 0.0, "none")
             for name, answers in table.items():
                 score = self.mean(answers, range(n))
-                if score > best.score:
-                    best = Finding(cls, score, name)
+                best = self.keep(best, Finding(cls, score, name))
             out.append(best)
         k = int(self.insts[0].truth["k"])
         d = int(self.insts[0].truth["d"])
@@ -638,8 +640,8 @@ class Audit:
                     continue
                 for sign in (1, -1):
                     score = with_rules(np.array([int(np.argmax(sign * c.x[:, j])) for c in comps]))
-                    if score > best.score:
-                        best = Finding(cls, score, f"{'max' if sign > 0 else 'min'} {name} layer, best position rule")
+                    rule = f"{'max' if sign > 0 else 'min'} {name} layer, best position rule"
+                    best = self.keep(best, Finding(cls, score, rule))
             out.append(best)
         # classifier over layers: which layer is the fact layer, from per-layer features
         predicted = np.zeros(n, dtype=int)
