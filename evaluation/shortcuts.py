@@ -781,3 +781,94 @@ def audit(task_id: str, instances: list[Instance]) -> list[Finding]:
     exempt = EXEMPT.get(get_family(task_id).id, ((), ""))[0]
     classes = [c for c in CLASSES if c not in exempt]
     return Audit(task_id, instances).run(classes) if classes else []
+
+
+# ---------------------------------------------------------------------------------------------
+# the generic single-ablation sweep (reported, not a shortcut: ablation is interpretability)
+# ---------------------------------------------------------------------------------------------
+def _divergence(clean: torch.Tensor, other: torch.Tensor, last_only: bool) -> float:
+    """Mean KL(clean || other) of the next-token distributions (at the last position, or at every position)."""
+    if last_only:
+        clean, other = clean[:, -1], other[:, -1]
+    p = torch.log_softmax(clean.double(), dim=-1)
+    q = torch.log_softmax(other.double(), dim=-1)
+    return float((p.exp() * (p - q)).sum(-1).mean())
+
+
+def largest_gap(effects: dict[Any, float]) -> list[Any]:
+    """The components above the largest gap between consecutive sorted effects (at least one)."""
+    ranked = sorted(effects, key=lambda c: -effects[c])
+    vals = [effects[c] for c in ranked]
+    cut = max(range(1, len(vals)), key=lambda i: vals[i - 1] - vals[i]) if len(vals) > 1 else 1
+    return ranked[:cut]
+
+
+def _target_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
+    """Mean logit(target) - max other logit: at the last position for one target per row, else where targets are."""
+    lg = logits[:, -1] if targets.dim() == 1 else logits[:, : targets.shape[1]]
+    tgt = lg.gather(-1, targets[..., None])[..., 0]
+    other = lg.scatter(-1, targets[..., None], float("-inf")).max(dim=-1).values
+    return float((tgt - other).mean())
+
+
+SWEEP_METRICS = ("kl", "target margin")
+
+
+def single_ablation_sweep(inst: Instance, metric: str = "kl") -> Any | None:
+    """What a systematic agent with no hypothesis answers: zero-ablate every component once (a head's ``hook_z``;
+    for a cell answer, ``hook_mlp_out`` at one (layer, position)), measure how far the output moves (``kl``: KL from
+    the clean run on the probe tokens; ``target margin``: the drop of the probe targets' logit margin), and answer
+    with the components above the largest gap (a cell: the largest). None where the family's answer is not a set of
+    heads or a cell, or the metric needs targets the probe does not have."""
+    kind = AnswerKind(inst.truth["kind"])
+    m = inst.model
+    if kind not in (AnswerKind.HEADS, AnswerKind.HEADS_ROLES, AnswerKind.CELL) or "tokens" not in inst.probe:
+        return None
+    if metric == "target margin" and "targets" not in inst.probe:
+        return None
+    tokens = inst.probe["tokens"]
+    targets = inst.probe.get("targets")
+    last_only = kind is AnswerKind.CELL or (targets is not None and targets.dim() == 1)
+    with torch.no_grad():
+        clean = m(tokens)
+
+        def effect(out: torch.Tensor) -> float:
+            if metric == "kl":
+                return _divergence(clean, out, last_only)
+            return _target_margin(clean, targets) - _target_margin(out, targets)
+
+        effects = {}
+        if kind is AnswerKind.CELL:
+            for lay in range(m.cfg.n_layers):
+                for pos in range(tokens.shape[1]):
+                    def zero(act: torch.Tensor, hook: Any, pos: int = pos) -> torch.Tensor:
+                        act[:, pos] = 0.0
+                        return act
+
+                    hooks = [(f"blocks.{lay}.hook_mlp_out", zero)]
+                    effects[(lay, pos)] = effect(m.run_with_hooks(tokens, fwd_hooks=hooks))
+            lay, pos = max(effects, key=lambda c: effects[c])
+            return {"layer": lay, "position": pos}
+        for lay in range(m.cfg.n_layers):
+            for h in range(m.cfg.n_heads):
+                def zero_head(z: torch.Tensor, hook: Any, h: int = h) -> torch.Tensor:
+                    z[:, :, h] = 0.0
+                    return z
+
+                hooks = [(f"blocks.{lay}.attn.hook_z", zero_head)]
+                effects[(lay, h)] = effect(m.run_with_hooks(tokens, fwd_hooks=hooks))
+    return [list(c) for c in largest_gap(effects)]
+
+
+def sweep_score(task_id: str, instances: list[Instance]) -> float | None:
+    """The better mean score of :func:`single_ablation_sweep` over its metrics, with the family's grader (None where
+    it does not apply)."""
+    fam = get_family(task_id)
+    best = None
+    for metric in SWEEP_METRICS:
+        answers = [single_ablation_sweep(i, metric) for i in instances]
+        if any(a is None for a in answers):
+            continue
+        score = float(np.mean([fam.grade(a, i.truth, i).score for a, i in zip(answers, instances, strict=True)]))
+        best = score if best is None else max(best, score)
+    return best
