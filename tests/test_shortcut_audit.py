@@ -9,13 +9,14 @@ runs on the first 40 seeds of each (family, level), the instances the seed sweep
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from helpers import FAMILY_IDS, cached_instances
-from mechsandbox.evaluation.shortcuts import CLASSES, EXEMPT, LIMIT, Audit, audit
+from mechsandbox.evaluation.shortcuts import CLASSES, EXEMPT, LIMIT, Audit, audit, sweep_score
 from mechsandbox.tasks import LEVELS, get_family
 
 N_SEEDS = 40
@@ -37,30 +38,38 @@ def test_no_shortcut_scores_above_03(task_id: str, level: str) -> None:
 
 def test_every_exemption_is_stated_in_the_family_notes() -> None:
     notes = (REPO / "docs" / "TASKS.md").read_text()
+    section = notes[notes.index("## Shortcut audit") :]
+    table = section[section.index("Exemptions") : section.index("A new family")]
     for task_id, (classes, _) in EXEMPT.items():
         get_family(task_id)  # a real family
-        assert f"{task_id}" in notes and "shortcut audit" in notes, task_id
+        row = next(line for line in table.splitlines() if task_id in line)
         assert set(classes) <= set(CLASSES)
+        assert ("| all |" in row) == (set(classes) == set(CLASSES)), row
+        assert all(f"`{c}`" in row for c in classes) or "| all |" in row, row
+
+
+@pytest.mark.parametrize("level", ["hard"])
+def test_committee_hard_needs_more_than_single_ablations(level: str) -> None:
+    """committee-circuit's hard level names redundancy: backups show only once their primary is ablated, so the
+    generic single-ablation sweep (either metric, cut at the largest gap) scores at most 0.5 there."""
+    torch.set_num_threads(1)
+    score = sweep_score("committee-circuit", cached_instances("committee-circuit", range(N_SEEDS), level))
+    assert score is not None and score <= 0.5, score
 
 
 def test_the_audit_finds_a_planted_leak() -> None:
-    """The audit can fail: copy-head instances whose copy head gets a visibly larger OV (a weight statistic that
-    names it) score high in the stats and classifier classes."""
+    """The audit can fail: multiplication-neuron instances whose true unit gets a visibly larger output column (a
+    weight statistic that names it) score high in the stats and classifier classes; the same seeds untouched do not."""
     torch.set_num_threads(1)
-    insts = cached_instances("copy-head", range(16), "easy")
+    insts = cached_instances("multiplication-neuron", range(16), "easy")
     leaky = []
     for inst in insts:
-        inst = type(inst)(**{**inst.__dict__})
-        model = type(inst.model)(inst.model.cfg)
-        model.load_state_dict(inst.model.state_dict())
-        (lay, h), = inst.truth["heads"]
+        model = copy.deepcopy(inst.model)
+        (unit,) = inst.truth["indices"]
         with torch.no_grad():
-            model.blocks[lay].attn.W_O[h] *= 5.0
-        inst.model = model
-        leaky.append(inst)
-    found = {f.cls: f.score for f in Audit("copy-head", leaky).run(("stats", "classifier"))}
+            model.out.weight[:, unit] *= 5.0
+        leaky.append(dataclasses.replace(inst, model=model))
+    found = {f.cls: f.score for f in Audit("multiplication-neuron", leaky).run(("stats", "classifier"))}
     assert found["stats"] >= 0.9 and found["classifier"] >= 0.9, found
-    # and the untouched instances do not (the same seeds)
-    clean = {f.cls: f.score for f in Audit("copy-head", insts).run(("stats",))}
-    assert clean["stats"] <= LIMIT, clean
-    assert np.isfinite(list(clean.values())).all()
+    clean = {f.cls: f.score for f in Audit("multiplication-neuron", insts).run(("stats", "classifier"))}
+    assert max(clean.values()) <= LIMIT, clean
