@@ -140,8 +140,9 @@ def generate(seed: int, level: str) -> Instance:
         dirs = rot[:, dims[:n_var]]  # column v: the direction of variable v
         scale = s.uniform(n_var, lo=0.7, hi=1.4) * np.array([s.pick((-1.0, 1.0)) for _ in range(n_var)])
         # h . dir_v = scale_v (x_p - x_q - 1/2 + shift_v); the shift is symmetric about 1/2, so |mean| of h
-        # along a direction is distributed alike for open (mean of x_p - x_q: 1/2) and closed (-1/2) pairs
-        shift = s.uniform(n_var, lo=-0.5, hi=1.5)
+        # along a direction is distributed alike for open (mean of x_p - x_q: 1/2) and closed (-1/2) pairs,
+        # and wide, so that the signed mean along a unit's read direction (1 apart) says little alone
+        shift = s.uniform(n_var, lo=-2.5, hi=3.5)
         enc_w, enc_b = np.zeros((d, n_in)), np.zeros(d)
         for v, (p, q) in enumerate(pair_of):
             enc_w[:, p] += scale[v] * dirs[:, v]
