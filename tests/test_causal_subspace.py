@@ -1,6 +1,7 @@
-"""causal-subspace: interchange on the planted subspace works, the distractor directions are read but
-inert, the SVD of the next layer does not give the answer, constant bases score low, and the grader
-(IIA x overlap, measured on the model; the same with or without the instance at hand)."""
+"""causal-subspace: interchange on the planted subspace works; the other read directions are inert because
+their units never fire on the input distribution (though they do on the input cube, with weights drawn
+like the live ones), so no linear reading of the weights finds S; constant bases score low; and the
+grader (IIA x overlap, measured on the model; the same with or without the instance at hand)."""
 
 from __future__ import annotations
 
@@ -9,46 +10,104 @@ import pytest
 import torch
 from helpers import cached_instance, cached_instances
 from mechsandbox.tasks import LEVELS, get_family, grade
-from mechsandbox.tasks.causal_subspace.generator import interchange_accuracy, orthonormal
+from mechsandbox.tasks.causal_subspace.generator import interchange_accuracy, orthonormal, unit_inputs
 
 FAM = "causal-subspace"
 N_SEEDS = 100
+N_ATTACK_SEEDS = 40
 
 
 def true_q(inst) -> np.ndarray:
     return orthonormal(np.array(inst.truth["basis"]))
 
 
+def weights(inst) -> tuple:
+    m = inst.model
+    return tuple(p.detach().double().numpy() for p in (m.mlp_in.weight, m.mlp_in.bias, m.out.weight, m.out.bias))
+
+
+def firing(inst) -> np.ndarray:
+    """Per unit of mlp_in, the share of probe inputs on which it fires."""
+    with torch.no_grad():
+        return (inst.model.mlp_in(inst.model.enc(inst.probe["x"])) > 0).double().mean(dim=0).numpy()
+
+
 @pytest.mark.parametrize("level", LEVELS)
-def test_interchange_on_the_subspace_and_inert_distractors(level: str) -> None:
+def test_interchange_on_the_subspace_and_inert_units_never_fire(level: str) -> None:
     for seed in range(6):
         inst = cached_instance(FAM, seed, level)
-        q = true_q(inst)
+        q, k = true_q(inst), inst.truth["k"]
         acc, null = interchange_accuracy(inst.model, inst.probe["x"], q, q)
         assert acc >= 0.99 and null <= 0.6
-        w_in = inst.model.mlp_in.weight.detach().double().numpy()
-        _, sv, vh = np.linalg.svd(w_in, full_matrices=False)
-        read = vh[sv > 0.2 * sv[0]]  # directions the next layer reads
-        assert read.shape[0] > q.shape[1], "mlp_in reads more directions than the causal subspace"
-        inside = np.sum((q.T @ read.T) ** 2) / q.shape[1]
-        assert inside >= 0.95, "the causal subspace is among the directions read"
-        extra = read - (read @ q) @ q.T  # read directions outside S: interchanging them does nothing
-        extra_q = orthonormal(extra)
-        acc_extra, _ = interchange_accuracy(inst.model, inst.probe["x"], extra_q, q)
-        assert abs(acc_extra - null) <= 0.03
+        w_in, b_in, _, _ = weights(inst)
+        fires = firing(inst)
+        live = np.flatnonzero(fires > 0)
+        assert len(live) == k and np.all((fires[live] >= 0.3) & (fires[live] <= 0.7)), fires
+        read = w_in / np.linalg.norm(w_in, axis=1, keepdims=True)
+        inside = np.sum((q.T @ read[live].T) ** 2) / k
+        assert inside >= 0.99, "the live units read exactly S"
+        silent = np.flatnonzero(fires == 0)
+        assert len(silent) >= 3 * k, "more read directions than S"
+        # the silent units would fire elsewhere on the input cube: same reachable maximum as the live ones
+        comp = unit_inputs(inst)
+        top = comp.clip(min=0).sum(axis=1) + w_in @ inst.model.enc.bias.detach().double().numpy() + b_in
+        assert np.all(top > 0.2), top
+        # and interchanging what they read changes nothing
+        acc_inert, _ = interchange_accuracy(inst.model, inst.probe["x"], orthonormal(read[silent]), q)
+        assert abs(acc_inert - null) <= 0.02
+
+
+def _unit_dirs(w_in: np.ndarray, idx) -> list:
+    return (w_in[list(idx)] / np.linalg.norm(w_in[list(idx)], axis=1, keepdims=True)).tolist()
+
+
+def weight_readings(inst) -> dict:
+    """Answers read off the weights alone: linear compositions, their SVDs, per-unit statistics."""
+    k = inst.truth["k"]
+    w_in, b_in, w_out, b_out = weights(inst)
+    centre = np.eye(w_out.shape[0]) - 1.0 / w_out.shape[0]  # the class-common part does not count
+    out_n, in_n = np.linalg.norm(centre @ w_out, axis=0), np.linalg.norm(w_in, axis=1)
+    comp_b = w_in @ inst.model.enc.bias.detach().double().numpy() + b_in
+    cube_max = comp_b + unit_inputs(inst).clip(min=0).sum(axis=1)
+    thresholds = np.linalg.lstsq(centre @ w_out, centre @ b_out, rcond=None)[0]
+
+    def svd(m: np.ndarray) -> list:
+        return np.linalg.svd(m, full_matrices=False)[2][:k].tolist()
+
+    return {
+        "svd(out @ mlp_in)": svd(w_out @ w_in),
+        "svd(centred out @ mlp_in)": svd(centre @ w_out @ w_in),
+        "svd(mlp_in)": svd(w_in),
+        "svd(mlp_in, units with the largest out)": svd(w_in[np.argsort(-out_n)[: 2 * k]]),
+        "|out| x |in|": _unit_dirs(w_in, np.argsort(-out_n * in_n)[:k]),
+        "largest bias": _unit_dirs(w_in, np.argsort(-b_in)[:k]),
+        "largest composed bias": _unit_dirs(w_in, np.argsort(-comp_b)[:k]),
+        "smallest composed bias": _unit_dirs(w_in, np.argsort(comp_b)[:k]),
+        "largest maximum over the input cube": _unit_dirs(w_in, np.argsort(-cube_max)[:k]),
+        "out.bias regressed on out columns": _unit_dirs(w_in, np.argsort(-np.abs(thresholds))[:k]),
+    }
 
 
 @pytest.mark.parametrize("level", LEVELS)
-def test_next_layer_svd_and_whole_space_score_low(level: str) -> None:
-    svd_scores, whole = [], []
-    for seed in range(20):
+def test_linear_readings_of_the_weights_score_low(level: str) -> None:
+    """Version 1's distractors cancelled in out @ mlp_in (its SVD scored 0.99 on every instance); here
+    every reading of the weights alone stays at chance (about 1 / units per bit) -- measured 0.02-0.16."""
+    scores: dict[str, list] = {}
+    for inst in cached_instances(FAM, range(N_ATTACK_SEEDS), level):
+        for name, answer in weight_readings(inst).items():
+            scores.setdefault(name, []).append(grade(FAM, answer, inst.truth, inst).score)
+    means = {name: round(float(np.mean(s)), 3) for name, s in scores.items()}
+    assert max(means.values()) <= 0.3, means
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_activation_analysis_finds_the_subspace(level: str) -> None:
+    """The units that fire on the probe inputs read S (an activation analysis suffices)."""
+    for seed in range(6):
         inst = cached_instance(FAM, seed, level)
-        k, d = inst.truth["k"], inst.truth["d"]
-        _, _, vh = np.linalg.svd(inst.model.mlp_in.weight.detach().double().numpy(), full_matrices=False)
-        svd_scores.append(grade(FAM, vh[:k].tolist(), inst.truth, inst).score)
-        whole.append(grade(FAM, np.eye(d).tolist(), inst.truth, inst).score)
-    assert np.mean(svd_scores) <= 0.5, svd_scores
-    assert max(whole) <= 0.35
+        w_in = weights(inst)[0]
+        answer = _unit_dirs(w_in, np.flatnonzero(firing(inst) > 0))
+        assert grade(FAM, answer, inst.truth, inst).score >= 0.95
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -59,6 +118,8 @@ def test_subspaces_vary_and_constant_bases_score_low(level: str) -> None:
     candidates.append(insts[0].truth["basis"])  # one instance's true basis, used for all
     best = max(np.mean([grade(FAM, c, i.truth, i).score for i in insts]) for c in candidates)
     assert best <= 0.15, best
+    whole = [grade(FAM, np.eye(d).tolist(), i.truth, i).score for i in insts[:20]]
+    assert max(whole) <= insts[0].truth["k"] / d + 0.01, "the whole space scores k / d"
 
 
 def test_grader_with_and_without_the_instance() -> None:
@@ -82,10 +143,10 @@ def test_grader_with_and_without_the_instance() -> None:
 
 
 def test_reference_solution_direction_comes_from_gradients() -> None:
-    """Gradients w.r.t. h vanish on the inert directions (the reference's premise)."""
+    """Gradients w.r.t. h vanish on the inert directions (the reference's premise: their units never fire)."""
     inst = cached_instance(FAM, 1, "medium")
     h = inst.model.enc(inst.probe["x"]).detach().requires_grad_(True)
-    (g,) = torch.autograd.grad(inst.model.head(h)[:, 0].sum(), h)  # (the sum over classes cancels)
+    (g,) = torch.autograd.grad(inst.model.head(h)[:, 0].sum(), h)
     q = true_q(inst)
     outside = g.double().numpy() - (g.double().numpy() @ q) @ q.T
     assert np.abs(outside).max() <= 0.05 * np.abs(g.double().numpy()).max()
