@@ -101,6 +101,21 @@ def test_copy_head(level: str) -> None:
         ]
         assert max(abs(o) for o in others) <= 0.2 * drop
         assert max(abs(o) for o in others) > 0.0, "other heads are not dead weight"
+        # version 2: decoy writers. Neither the QK circuit nor the OV circuit alone names the copy head: in each
+        # layer >= 4 other heads attend to the marked token as strongly, and >= 4 copy the marked tokens into the
+        # output space as strongly (they read no token they copy), so ||W_E W_OV W_U|| is shared by >= 8 heads.
+        we, wu, marked = model.W_E.detach(), model.W_U.detach(), inst.probe["marked"]
+        with torch.no_grad():
+            full = torch.stack([torch.stack([we @ model.W_V[ly, h] @ model.W_O[ly, h] @ wu
+                                             for h in range(model.cfg.n_heads)]) for ly in range(2)])  # fmt: skip
+        copies = full[..., marked, marked].mean(-1)  # [layer, head]: logit gain of a marked token from itself
+        fro = full.flatten(-2).norm(dim=-1)
+        for ly in range(2):
+            reads = (cache["pattern", ly][:, :, -1] * pos[:, None]).sum(-1).mean(0)  # [head]
+            mine = [h for h in range(model.cfg.n_heads) if (ly, h) != (lay, head)]
+            assert sum(reads[h] >= min(0.8, attn - 0.05) for h in mine) >= 4, "decoys that read the marked token"
+            assert sum(copies[ly, h] >= 0.6 * copies[lay, head] for h in mine) >= 4, "decoys that copy it"
+            assert sum(fro[ly, h] >= 0.5 * fro[lay, head] for h in mine) >= 8, "writers into the output space"
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -2,9 +2,15 @@
 
 The marked token is the one token of a marked vocabulary subset in the sequence; its embedding
 carries a "marked" feature, so the copy head finds it by content (a 1-layer model cannot find "the
-token after a marker"). Every other head has a real job of the same shape: positional heads (self,
-previous, offset 2), first-position heads and heads keyed on other token subsets, each copying a few
-tokens into scratch space, and a few of them nudging the output logits.
+token after a marker"). Every other head has a real job of the same shape. In each layer, 4-5 decoy
+writers (tasks/decoys.py) have the copy head's QK and OV shapes -- attend to marked tokens, write the
+identities of 6-10 tokens into the output subspace -- but copy plain tokens: what they read, they do
+not copy. 5-6 more copy exactly the marked tokens into the output subspace, as the copy head does, but
+attend to their own position (marked tokens never stand last) or to two token-subset flags of plain
+tokens, so they read no token they copy. The remaining 0-3 heads have ordinary jobs:
+positional heads (self, previous, offset 2), first-position heads and heads keyed on other token
+subsets, each copying a few tokens into scratch space, and a few of them nudging the output logits.
+Version 1 had no decoy writers: the copy head was the one head writing into the unembedding's space.
 """
 
 from __future__ import annotations
@@ -25,15 +31,17 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
+from ..decoys import plant_flag_decoy, plant_offset_decoy
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "copy-head"
-VERSION = "1"
+VERSION = "2"
 N_LAYERS, N_HEADS, D_HEAD, N_CTX = 2, 12, 16, 12
 LEVELS = {"easy": (32, 0.0), "medium": (40, 0.01), "hard": (48, 0.02)}  # vocab, noise
 N_FLAGS, N_SCR, N_PROBE = 4, 16, 96
+READERS, COPIERS = (4, 5), (5, 6)  # decoys per layer: they read marked tokens / copy marked tokens
 
 
 def answer_schema(level: str) -> dict:
@@ -70,9 +78,22 @@ def generate(seed: int, level: str) -> Instance:
     )
     copy_layer = s.below(N_LAYERS)  # drawn once: rejection below never re-draws it, so it stays uniform
     copy_head = 0  # the head index is made uniform by permute_heads after acceptance
+    # Every scalar of the copy head and of its decoys (strengths, gains, how many tokens each copies, the
+    # decoys' counts and kinds) is drawn once, here: acceptance (the decoys' noisy writes into the output
+    # space lower hard's margins) would otherwise favour a strong copy head over its decoys.
+    n_marked = s.between(6, 10)
+    copy_job = (s.fraction(5.0, 6.0), s.fraction(2.5, 3.5))
+    plans = []
+    for _ in range(N_LAYERS):
+        readers = [(s.between(6, 10), s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(s.between(*READERS))]
+        copiers = []
+        for _ in range(s.between(*COPIERS)):
+            on_self = s.below(2) == 0
+            copiers.append((on_self, s.fraction(4.0, 6.0) if on_self else s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)))
+        plans.append((readers, copiers))
     while True:
         order = s.permutation(vocab)
-        marked = sorted(order[: s.between(6, 10)])
+        marked = sorted(order[:n_marked])
         plain = [t for t in range(vocab) if t not in marked]
         p = Planter(cfg, lay)
         p.embed_basics(out_gain=2.0)
@@ -80,21 +101,33 @@ def generate(seed: int, level: str) -> Instance:
         flags = [f"flag{f}" for f in range(N_FLAGS)]
         for f in flags:  # each flag marks a random subset of the plain tokens (other heads' keys)
             p.flag_tokens(f, [t for t in plain if s.below(4) == 0])
-        attend_flag(p, copy_layer, copy_head, lay.idx("mark"), s.fraction(5.0, 6.0))
-        copy_tokens(p, copy_layer, copy_head, marked, "out", s.fraction(2.5, 3.5))
-        for layer in range(N_LAYERS):
-            for head in range(N_HEADS):
-                if (layer, head) == (copy_layer, copy_head):
-                    continue
-                distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
-                if s.below(4) == 0:  # a few heads also nudge the logits of the tokens they copy
-                    copy_tokens(
-                        p, layer, head, [plain[s.below(len(plain))] for _ in range(3)], "out", s.fraction(0.3, 0.6)
-                    )
+        attend_flag(p, copy_layer, copy_head, lay.idx("mark"), copy_job[0])
+        copy_tokens(p, copy_layer, copy_head, marked, "out", copy_job[1])
+        for layer, (readers, copiers) in enumerate(plans):
+            heads = [h for h in range(N_HEADS) if (layer, h) != (copy_layer, copy_head)]
+            for i, head in enumerate(heads):
+                if i < len(readers):  # the copy head's QK and OV shapes, copying plain tokens: reads marked only
+                    n, strength, gain = readers[i]
+                    toks = [plain[j] for j in s.sample(len(plain), n)]
+                    plant_flag_decoy(p, layer, head, [lay.idx("mark")], strength, toks, "out", gain)
+                elif i < len(readers) + len(copiers):  # the copy head's OV, reading plain tokens only
+                    on_self, strength, gain = copiers[i - len(readers)]
+                    if on_self:  # at the last position it reads a plain token (marked ones never stand last)
+                        plant_offset_decoy(p, layer, head, 0, strength, marked, "out", gain)
+                    else:  # two token-subset flags of plain tokens: some key carries one in almost every sequence
+                        keys = [lay.idx(flags[j]) for j in s.sample(N_FLAGS, 2)]
+                        plant_flag_decoy(p, layer, head, keys, strength, marked, "out", gain)
+                else:
+                    distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
+                    if s.below(4) == 0:  # a few heads also nudge the logits of the tokens they copy
+                        nudged = [plain[s.below(len(plain))] for _ in range(3)]
+                        copy_tokens(p, layer, head, nudged, "out", s.fraction(0.3, 0.6))
         model = p.build(s, noise)
         tokens, targets = _probe(s, vocab, marked)
         with torch.no_grad():
             clean = margin(model(tokens)[:, -1], targets).mean().item()
+        if clean < 2.0:  # (the decoys' noisy writes into the output space lower hard's margins: skip the ablations)
+            continue
         after = single_head_ablations(model, tokens, lambda lg, t=targets: margin(lg[:, -1], t).mean().item())
         drops = {head: clean - value for head, value in after.items()}
         top = drops[(copy_layer, copy_head)]

@@ -13,6 +13,8 @@ contains exactly one marked token; at the last position the model predicts that 
 logit(target) - max other logit at the last position.
 
 One attention head is responsible for copying the marked token to the output; the other heads have
-other jobs. Find the copy head.
+other jobs (several of them attend to marked tokens, and several write token identities into the
+output space; on these sequences none of them carries the marked token to the output as the copy head
+does). Find the copy head.
 
 Answer: a JSON list of [layer, head] pairs, e.g. [[1, 4]]. You get one graded submission."""
