@@ -8,7 +8,11 @@ from ..base import Family
 from ..grading import Grade, Rejection, as_int, clamp, short_repr
 from . import generator, reference
 
-ADJACENT = 0.3  # docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3
+# docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3. Since version 2 only the layer
+# neighbours of the peak at its position earn it (the fact found at its position, one MLP off);
+# a position neighbour earns nothing: the storing position is one of several subject positions, and
+# crediting its neighbours let a constant layer with a subject-span rule farm 0.28 (version 1: 0.40).
+ADJACENT = 0.3
 
 
 def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
@@ -32,10 +36,14 @@ def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
 
 
 def grade(answer: Any, truth: dict) -> Grade:
+    """1 for the peak cell; ADJACENT for the peak's position one layer off; 0 otherwise (a cell one
+    position off, or farther, earns nothing)."""
     layer, pos = parse_cell(answer, truth["n_layers"], truth["n_positions"])
     distance = abs(layer - truth["layer"]) + abs(pos - truth["position"])
-    raw = 1.0 if distance == 0 else ADJACENT if distance == 1 else 0.0
-    verdict = "the peak cell" if distance == 0 else "adjacent to the peak" if distance == 1 else "not the peak"
+    layer_neighbour = distance == 1 and pos == truth["position"]
+    raw = 1.0 if distance == 0 else ADJACENT if layer_neighbour else 0.0
+    verdict = "one layer off at the peak's position" if layer_neighbour else "not the peak"
+    verdict = "the peak cell" if distance == 0 else verdict
     return Grade(score=clamp(raw), breakdown={"distance": distance}, message=f"({layer}, {pos}) is {verdict}")
 
 
@@ -44,8 +52,8 @@ FAMILY = Family(
     aliases=("task11", "fact_storage", "causal-tracing"),
     difficulty="medium",
     description=(
-        "Facts subject -> attribute are written into one layer's MLP at the last subject token (ROME-style); "
-        "find that (layer, position) cell by causal tracing."
+        "Facts subject -> attribute are written into one layer's MLP at one of the subject's positions "
+        "(ROME-style); find that (layer, position) cell by causal tracing."
     ),
     answer_format='{"layer": L, "position": t}',
     answer_example={"layer": 1, "position": 2},
