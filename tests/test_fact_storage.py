@@ -205,8 +205,8 @@ def test_cell_grader() -> None:
     other = lay + 1 if lay + 1 < truth["n_layers"] else lay - 1
     assert grade(FAM, {"layer": lay, "position": pos}, truth).score == 0.99
     assert grade(FAM, [lay, pos], truth).score == 0.99
-    assert grade(FAM, {"layer": other, "position": pos}, truth).score == 0.3  # one layer off, right position
-    assert grade(FAM, {"layer": lay, "position": pos - 1}, truth).score == 0.01  # a position neighbour: nothing
+    assert grade(FAM, {"layer": other, "position": pos}, truth).score == 0.01  # neighbours earn nothing
+    assert grade(FAM, {"layer": lay, "position": pos - 1}, truth).score == 0.01
     assert grade(FAM, {"layer": lay, "position": pos + 1}, truth).score == 0.01
     assert grade(FAM, {"layer": other, "position": pos - 1}, truth).score == 0.01
     for bad in ({"layer": 99, "position": 0}, {"layer": lay}, [lay], [lay, pos, 0], {"layer": True, "position": 1},

@@ -8,11 +8,11 @@ from ..base import Family
 from ..grading import Grade, Rejection, as_int, clamp, short_repr
 from . import generator, reference
 
-# docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3. Since version 2 only the layer
-# neighbours of the peak at its position earn it (the fact found at its position, one MLP off);
-# a position neighbour earns nothing: the storing position is one of several subject positions, and
-# crediting its neighbours let a constant layer with a subject-span rule farm 0.28 (version 1: 0.40).
-ADJACENT = 0.3
+# docs/CONTRACT.md, "Grading": a neighbouring cell earns partial credit only for a nearness that means
+# something. Since version 2 none does: a neighbouring cell recovers nothing in the trace (the facts
+# live in one layer's MLP, at one of several subject positions), and crediting neighbours (0.3 for an
+# adjacent cell, version 1) let a constant layer with a subject-span position rule farm 0.40.
+ADJACENT = 0.0
 
 
 def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
@@ -36,14 +36,11 @@ def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
 
 
 def grade(answer: Any, truth: dict) -> Grade:
-    """1 for the peak cell; ADJACENT for the peak's position one layer off; 0 otherwise (a cell one
-    position off, or farther, earns nothing)."""
+    """Full credit for the peak cell only: neighbouring cells earn nothing (see ADJACENT)."""
     layer, pos = parse_cell(answer, truth["n_layers"], truth["n_positions"])
     distance = abs(layer - truth["layer"]) + abs(pos - truth["position"])
-    layer_neighbour = distance == 1 and pos == truth["position"]
-    raw = 1.0 if distance == 0 else ADJACENT if layer_neighbour else 0.0
-    verdict = "one layer off at the peak's position" if layer_neighbour else "not the peak"
-    verdict = "the peak cell" if distance == 0 else verdict
+    raw = 1.0 if distance == 0 else ADJACENT
+    verdict = "the peak cell" if distance == 0 else "not the peak"
     return Grade(score=clamp(raw), breakdown={"distance": distance}, message=f"({layer}, {pos}) is {verdict}")
 
 

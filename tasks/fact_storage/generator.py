@@ -46,7 +46,7 @@ N_FACTS = 24
 N_HEADS = 4
 N_ATTR_UNITS, N_SCR_UNITS, N_FILL_UNITS = N_FACTS, 16, 8  # the roster of every MLP layer
 LEVELS = {  # n_layers, n_ctx, subject span lengths, noise, corrupted prompts given
-    "easy": (6, 10, (4, 5), 0.0, True),
+    "easy": (6, 10, (4, 5, 6), 0.0, True),
     "medium": (6, 11, (4, 5, 6), 0.01, False),
     "hard": (7, 12, (4, 5), 0.02, False),  # (6 would need more than the N_SUBJ**2 pairs: see _plan)
 }

@@ -21,8 +21,8 @@ and measure the recovered share of m: (m_restored - m_corrupt) / (m_clean - m_co
 Answer the (layer, position) cell where restoring the MLP output recovers the most (restoring the residual
 stream instead plateaus over many layers; the answer is defined on MLP outputs).
 
-Answer: a JSON object {{"layer": L, "position": t}}, e.g. {{"layer": 2, "position": 5}}. The right position
-one layer off earns partial credit (0.3); any other cell earns nothing. You get one graded submission."""
+Answer: a JSON object {{"layer": L, "position": t}}, e.g. {{"layer": 2, "position": 5}}. Only that cell
+scores (no partial credit for neighbouring cells). You get one graded submission."""
 
 GIVEN = """\
 `corrupted_tokens` holds the same prompts with each subject replaced by subject tokens that name no fact."""
