@@ -8,7 +8,11 @@ from ..base import Family
 from ..grading import Grade, Rejection, as_int, clamp, short_repr
 from . import generator, reference
 
-ADJACENT = 0.3  # docs/CONTRACT.md, "Grading": an adjacent cell earns at most 0.3
+# docs/CONTRACT.md, "Grading": a neighbouring cell earns partial credit only for a nearness that means
+# something. Since version 2 none does: a neighbouring cell recovers nothing in the trace (the facts
+# live in one layer's MLP, at one of several subject positions), and crediting neighbours (0.3 for an
+# adjacent cell, version 1) let a constant layer with a subject-span position rule farm 0.40.
+ADJACENT = 0.0
 
 
 def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
@@ -32,10 +36,11 @@ def parse_cell(answer: Any, n_layers: int, n_positions: int) -> tuple[int, int]:
 
 
 def grade(answer: Any, truth: dict) -> Grade:
+    """Full credit for the peak cell only: neighbouring cells earn nothing (see ADJACENT)."""
     layer, pos = parse_cell(answer, truth["n_layers"], truth["n_positions"])
     distance = abs(layer - truth["layer"]) + abs(pos - truth["position"])
-    raw = 1.0 if distance == 0 else ADJACENT if distance == 1 else 0.0
-    verdict = "the peak cell" if distance == 0 else "adjacent to the peak" if distance == 1 else "not the peak"
+    raw = 1.0 if distance == 0 else ADJACENT
+    verdict = "the peak cell" if distance == 0 else "not the peak"
     return Grade(score=clamp(raw), breakdown={"distance": distance}, message=f"({layer}, {pos}) is {verdict}")
 
 
@@ -44,8 +49,8 @@ FAMILY = Family(
     aliases=("task11", "fact_storage", "causal-tracing"),
     difficulty="medium",
     description=(
-        "Facts subject -> attribute are written into one layer's MLP at the last subject token (ROME-style); "
-        "find that (layer, position) cell by causal tracing."
+        "Facts subject -> attribute are written into one layer's MLP at one of the subject's positions "
+        "(ROME-style); find that (layer, position) cell by causal tracing."
     ),
     answer_format='{"layer": L, "position": t}',
     answer_example={"layer": 1, "position": 2},

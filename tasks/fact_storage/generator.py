@@ -1,28 +1,35 @@
-"""Generator for fact-storage: subject -> attribute facts stored in one layer's MLP at the last
-subject token (ROME-style), found by causal tracing.
+"""Generator for fact-storage (version 2): subject -> attribute facts stored in one layer's MLP at one
+of the subject's positions (ROME-style), found by causal tracing.
 
 Construction, in a named basis that ``Planter.build`` then rotates:
-- vocabulary: subject-part tokens, filler/relation tokens, attribute tokens. A subject is a tuple of
-  2 or 3 subject-part tokens; parts are shared between subjects, so no single token names a subject.
-- layer 0: a previous-token head and an offset-2 head copy the earlier subject parts into ``prev1`` and
-  ``prev2`` at each position, so the last subject token holds the whole subject.
-- every MLP layer has "subject detector" units (an AND of tok, prev1, prev2 through the ReLU threshold).
-  In the *fact layer* they write the subject's attribute into ``attr`` (a share rho of it), in one
-  *secondary* layer the rest (1 - rho); in every other layer detectors of the same kind write only into
-  scratch space, as do filler-pattern units, so activations alone do not reveal the fact layer.
+- vocabulary: subject-part tokens, filler tokens, attribute tokens. A subject is a run of 4-6
+  subject-part tokens at a seed-chosen span; every adjacent pair of parts (a *window*) names one
+  subject: the pairs of all subjects at all windows are distinct, so any window could store the fact.
+- layer 0: a previous-token head copies the previous subject part into ``prev1`` at each position (an
+  offset-2 head copies into ``prev2``, which nothing reads), so a unit can AND (prev1, tok).
+- every MLP layer has the same roster of AND units (two reads with jittered weights, a bias just
+  below their sum): 24 "attribute" units that write an attribute (plus a dense scratch part), 16
+  scratch units reading subject pairs, 8 filler-pattern units. In the *fact layer* the attribute units
+  read the facts' pairs at one window, drawn per seed, so they fire at that window's end -- the storing
+  position p, not always the last subject token; one *secondary* layer stores a few facts at another
+  window; every other attribute unit reads a subject-like pair that occurs in no prompt (inert by the
+  data distribution, not by cancelling weights). No pair is read by two attribute units, all gains
+  are drawn alike, so per-layer weight statistics, ranks and the composition W_out -> readout ->
+  unembedding are the same in every layer.
 - the last layer's readout head attends uniformly and copies ``attr`` to ``out``, which the
   unembedding reads as attribute logits at the last position.
 Corruption is subject-token replacement (symmetric token replacement; Gaussian noise on the subject's
 embeddings is unreliable here, as in trained models: it also writes straight into the directions the
-readout copies; see Zhang & Nanda 2023). Restoring the fact layer's MLP output at the last subject
-token in a corrupted run brings back the share rho of the clean logit difference; the secondary
-layer (1 - rho); every other cell nothing.
-Restoring the *residual* at that position plateaus at full recovery for every layer up to the fact
-layer, which is why the answer is defined on MLP outputs. The generator checks the trace with a margin.
+readout copies; see Zhang & Nanda 2023). Restoring the fact layer's MLP output at p in a corrupted
+run brings back most of the clean logit difference; the secondary layer's cell the rest; every other
+cell about nothing. Restoring the *residual* at p plateaus at full recovery for every layer up to
+the fact layer, which is why the answer is defined on MLP outputs. The generator checks the trace
+with a margin. Version 1 (retired) stored at the last subject token with duplicated output rows.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...answer_kind import AnswerKind
@@ -33,16 +40,19 @@ from ..rng import Stream
 from . import prompt
 
 TASK_ID = "fact-storage"
-VERSION = "1"
-N_SUBJ, N_FILL, N_ATTR = 14, 8, 8
+VERSION = "2"
+N_SUBJ, N_FILL, N_ATTR = 16, 8, 8  # N_SUBJ <= d_head: the previous-token head copies each part
 N_FACTS = 24
 N_HEADS = 4
-LEVELS = {  # n_layers, n_ctx, subject-end positions (lo, hi), noise, corrupted prompts given
-    "easy": (6, 10, (4, 8), 0.0, True),
-    "medium": (6, 11, (4, 9), 0.01, False),
-    "hard": (7, 12, (4, 10), 0.02, False),
+N_ATTR_UNITS, N_SCR_UNITS, N_FILL_UNITS = N_FACTS, 16, 8  # the roster of every MLP layer
+LEVELS = {  # n_layers, n_ctx, subject span lengths, noise, corrupted prompts given
+    "easy": (6, 10, (4, 5, 6), 0.0, True),
+    "medium": (6, 11, (4, 5, 6), 0.01, False),
+    "hard": (7, 12, (4, 5), 0.02, False),  # (6 would need more than the N_SUBJ**2 pairs: see _plan)
 }
-RHO = (0.62, 0.75)  # the fact layer's share of the attribute write
+NORM = (1.6, 2.4)  # every unit's output-row norm
+ATTR_SHARE = (0.75, 0.95)  # an attribute unit's share of its row norm in ``attr`` (the rest: scratch)
+N_SECOND = (3, 7)  # facts the secondary layer also stores (at another window)
 PEAK_MARGIN = 0.75  # every other cell's recovery <= 0.75 x the peak's, on both corruptions
 
 
@@ -73,24 +83,34 @@ def answer_schema(level: str) -> dict:
     }
 
 
+def windows(sub: tuple[int, ...]) -> list[tuple[int, int]]:
+    """The adjacent pairs (previous part, part) of a subject; window j ends at span start + j + 1."""
+    return [(sub[j], sub[j + 1]) for j in range(len(sub) - 1)]
+
+
 def _subjects(s: Stream, m: int) -> list[tuple[int, ...]]:
-    """N_FACTS distinct subject tuples of m parts; every last part is shared by >= 2 subjects."""
+    """N_FACTS subject tuples of m parts whose window pairs are all distinct (across subjects and
+    windows), so every window names its subject and none fires elsewhere in a clean prompt."""
     while True:
-        subjects = {tuple(s.below(N_SUBJ) for _ in range(m)) for _ in range(N_FACTS * 3)}
-        ordered = sorted(subjects)
-        picked = [ordered[i] for i in s.sample(len(ordered), min(N_FACTS, len(ordered)))]
-        lasts = [sub[-1] for sub in picked]
-        if len(picked) == N_FACTS and all(lasts.count(x) >= 2 for x in lasts):
-            return picked
+        used: set[tuple[int, int]] = set()
+        picked: list[tuple[int, ...]] = []
+        for _ in range(N_FACTS * 20):
+            sub = tuple(s.below(N_SUBJ) for _ in range(m))
+            pairs = windows(sub)
+            if len(set(pairs)) == len(pairs) and not used & set(pairs):
+                picked.append(sub)
+                used |= set(pairs)
+                if len(picked) == N_FACTS:
+                    return picked
 
 
-def _prompts(s: Stream, subjects: list[tuple[int, ...]], end: int, n_ctx: int) -> torch.Tensor:
+def _prompts(s: Stream, subjects: list[tuple[int, ...]], start: int, n_ctx: int) -> torch.Tensor:
     m = len(subjects[0])
     rows = []
     for _ in range(2):
         for sub in subjects:
             fill = [N_SUBJ + s.below(N_FILL) for _ in range(n_ctx)]
-            fill[end - m + 1 : end + 1] = list(sub)
+            fill[start : start + m] = list(sub)
             rows.append(fill)
     return torch.tensor(rows)
 
@@ -134,24 +154,69 @@ def trace(model: HookedTransformer, clean: torch.Tensor, corrupt: torch.Tensor, 
     return out
 
 
-def replace_subjects(s: Stream, tokens: torch.Tensor, end: int, m: int, facts: set[tuple[int, ...]]) -> torch.Tensor:
-    """Token corruption: each prompt's subject replaced by random subject parts that name no fact."""
+def replace_subjects(s: Stream, tokens: torch.Tensor, start: int, m: int, pairs: set[tuple[int, int]]) -> torch.Tensor:
+    """Token corruption: each prompt's subject replaced by random subject parts none of whose
+    windows is a fact's pair."""
     out = tokens.clone()
     for row in out:
         while True:
             sub = tuple(s.below(N_SUBJ) for _ in range(m))
-            if sub not in facts:
+            if not pairs & set(windows(sub)):
                 break
-        row[end - m + 1 : end + 1] = torch.tensor(sub)
+        row[start : start + m] = torch.tensor(sub)
     return out
 
 
-def _build(s: Stream, level: str, subjects, attrs, fact_layer: int, second: int, rho: float):
+def _plan(s: Stream, n_layers: int, subjects, attrs, fact_layer: int, j: int, second: int, j2: int, k: int):
+    """Per layer, the (prev1 part, tok part, attribute) of its attribute units, and the pairs of its
+    scratch units. Every attribute unit reads its own pair: the facts' pairs at window j in the fact
+    layer, k facts' pairs at window j2 in the secondary layer, unused subject-like pairs elsewhere."""
+    true_pairs = {p for sub in subjects for p in windows(sub)}
+    unused = [(a, b) for a in range(N_SUBJ) for b in range(N_SUBJ) if (a, b) not in true_pairs]
+    unused = [unused[i] for i in s.permutation(len(unused))]
+    attr_units: list[list[tuple[int, int, int]]] = []
+    for layer in range(n_layers):
+        units = []
+        if layer == fact_layer:
+            units = [(*windows(sub)[j], attrs[i]) for i, sub in enumerate(subjects)]
+        elif layer == second:
+            units = [(*windows(subjects[i])[j2], attrs[i]) for i in s.sample(N_FACTS, k)]
+        while len(units) < N_ATTR_UNITS:
+            units.append((*unused.pop(), s.below(N_ATTR)))
+        attr_units.append(units)
+    pool = sorted(true_pairs | {(a, b) for units in attr_units for a, b, _ in units})
+    scr_units = []
+    for units in attr_units:
+        own = {(a, b) for a, b, _ in units}
+        mine = [pair for pair in pool if pair not in own]
+        scr_units.append([mine[i] for i in s.sample(len(mine), N_SCR_UNITS)])
+    return attr_units, scr_units
+
+
+def _and_unit(p: Planter, s: Stream, layer: int, first: int, second: int, attr: int | None) -> None:
+    """An AND of two residual dims (jittered weights, a bias just below their sum) writing a row of
+    norm drawn from NORM: into ``attr`` (a share ATTR_SHARE) and a dense scratch direction, or all scratch."""
+    lay = p.lay
+    w1, w2 = s.fraction(0.8, 1.25), s.fraction(0.8, 1.25)
+    bias = -(w1 + w2) + s.fraction(0.4, 0.6)
+    norm = s.fraction(*NORM)
+    direction = s.normal(lay.dim("scr"))
+    direction /= float(np.linalg.norm(direction))
+    writes = []
+    if attr is not None:
+        gain = norm * s.fraction(*ATTR_SHARE)
+        writes.append((lay.idx("attr", attr), gain))
+        norm = (norm**2 - gain**2) ** 0.5
+    writes += [(lay.idx("scr", i), float(norm * x)) for i, x in enumerate(direction)]
+    p.mlp_unit(layer, [(first, w1), (second, w2)], bias, writes)
+
+
+def _build(s: Stream, level: str, attr_units, scr_units):
     n_layers, n_ctx, _, noise, _ = LEVELS[level]
     lay = _layout(n_ctx)
     vocab = N_SUBJ + N_FILL + N_ATTR
-    cfg = HookedConfig(n_layers=n_layers, n_heads=N_HEADS, d_model=lay.size + 4, d_head=16, d_vocab=vocab,
-                       n_ctx=n_ctx, d_mlp=2 * N_FACTS, attn_only=False)  # fmt: skip
+    cfg = HookedConfig(n_layers=n_layers, n_heads=N_HEADS, d_model=lay.size + 4, d_head=16, d_vocab=vocab, n_ctx=n_ctx,
+                       d_mlp=N_ATTR_UNITS + N_SCR_UNITS + N_FILL_UNITS, attn_only=False)  # fmt: skip
     p = Planter(cfg, lay)
     for t in range(vocab):
         p.W_E[t, lay.idx("tok", t)] = 1.0
@@ -175,55 +240,48 @@ def _build(s: Stream, level: str, subjects, attrs, fact_layer: int, second: int,
                 continue
             distractor_job(p, s, layer, head, list(range(N_SUBJ, N_SUBJ + N_FILL)), ["flag0"], (0.5, 1.5),
                            (2.0, 5.0), n_tokens=(4, 8))  # fmt: skip
-    m = len(subjects[0])
-    scr = lay.dim("scr")
     for layer in range(n_layers):
-        # every layer detects subject-like tuples; only the fact layers write the attribute. Every unit
-        # writes with a gain drawn like the fact layer's (2 x a share in RHO), so W_out norms match.
-        share = rho if layer == fact_layer else (1.0 - rho) if layer == second else 0.0
-        tuples = subjects if share else [tuple(s.below(N_SUBJ) for _ in range(m)) for _ in range(N_FACTS)]
-        for i, sub in enumerate(tuples):
-            reads = [(lay.idx("tok", sub[-1]), 1.0), (lay.idx("prev1", sub[-2]), 1.0)]
-            if m == 3:
-                reads.append((lay.idx("prev2", sub[-3]), 1.0))
-            gain = 2.0 * (rho if share else s.fraction(*RHO))
-            writes = [(lay.idx("attr", attrs[i]), 2.0 * share)] if share else []
-            rest = gain**2 - (2.0 * share) ** 2
-            if rest > 1e-9:
-                writes.append((lay.idx("scr", s.below(scr)), rest**0.5))
-            p.mlp_unit(layer, reads, -(m - 0.5), writes)
-        for _ in range(N_FACTS):  # filler-pattern units: a filler token after a subject part, into scratch
-            a, b = N_SUBJ + s.below(N_FILL), s.below(N_SUBJ)
-            p.mlp_unit(layer, [(lay.idx("tok", a), 1.0), (lay.idx("prev1", b), 1.0)], -1.5,
-                       [(lay.idx("scr", s.below(scr)), 2.0 * s.fraction(*RHO))])  # fmt: skip
+        for a, b, attr in attr_units[layer]:
+            _and_unit(p, s, layer, lay.idx("prev1", a), lay.idx("tok", b), attr)
+        for a, b in scr_units[layer]:
+            _and_unit(p, s, layer, lay.idx("prev1", a), lay.idx("tok", b), None)
+        fill = [(a, b) for a in range(N_SUBJ) for b in range(N_SUBJ, N_SUBJ + N_FILL)]
+        for i in s.sample(len(fill), N_FILL_UNITS):  # a filler after a subject part, into scratch
+            _and_unit(p, s, layer, lay.idx("prev1", fill[i][0]), lay.idx("tok", fill[i][1]), None)
     return p.build(s, noise)
 
 
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
-    n_layers, n_ctx, (e_lo, e_hi), _, given = LEVELS[level]
-    fact_layer = s.between(1, n_layers - 2)
-    end = s.between(e_lo, e_hi)
-    m = s.pick((2, 3)) if end >= 3 else 2
+    n_layers, n_ctx, lengths, _, given = LEVELS[level]
+    # the truth first: the fact layer, the subject span and the storing window, before any rejection
+    fact_layer = s.between(0, n_layers - 2)
+    m = s.pick(lengths)
+    start = s.between(1, n_ctx - 1 - m)  # the span ends by n_ctx - 2 (the last position reads out)
+    j = s.below(m - 1)
+    position = start + j + 1
+    second = s.pick([x for x in range(n_layers - 1) if x != fact_layer])
+    j2 = s.pick([x for x in range(m - 1) if x != j])
+    k = s.between(*N_SECOND)
     while True:
-        second = s.pick([x for x in range(1, n_layers - 1) if x != fact_layer])
-        rho = s.fraction(*RHO)
         subjects = _subjects(s, m)
         attrs = [s.below(N_ATTR) for _ in subjects]
-        model = _build(s, level, subjects, attrs, fact_layer, second, rho)
-        tokens = _prompts(s, subjects, end, n_ctx)
+        attr_units, scr_units = _plan(s, n_layers, subjects, attrs, fact_layer, j, second, j2, k)
+        model = _build(s, level, attr_units, scr_units)
+        tokens = _prompts(s, subjects, start, n_ctx)
         targets = torch.tensor([N_SUBJ + N_FILL + a for a in attrs] * 2)
-        corrupt = replace_subjects(s, tokens, end, m, set(subjects))
+        pairs = {p for sub in subjects for p in windows(sub)}
+        corrupt = replace_subjects(s, tokens, start, m, pairs)
         if metric(model, tokens, targets) < 2.0:
             continue
         ok = True
         # two independent subject replacements (the given one, and one an agent might draw)
-        other = replace_subjects(s, tokens, end, m, set(subjects))
+        other = replace_subjects(s, tokens, start, m, pairs)
         for corrupted in (corrupt, other):
             rec = trace(model, tokens[:N_FACTS], corrupted[:N_FACTS], targets[:N_FACTS])
-            peak = float(rec[fact_layer, end])
+            peak = float(rec[fact_layer, position])
             rest = rec.clone()
-            rest[fact_layer, end] = float("-inf")
+            rest[fact_layer, position] = float("-inf")
             ok = ok and peak >= 0.5 and float(rest.max()) <= PEAK_MARGIN * peak
         if ok:
             break
@@ -254,6 +312,6 @@ def generate(seed: int, level: str) -> Instance:
             "n_layers": n_layers,
             "n_positions": n_ctx,
             "layer": fact_layer,
-            "position": end,
+            "position": position,
         },
     )

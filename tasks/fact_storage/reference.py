@@ -3,7 +3,7 @@ subject tokens), restore each MLP output at each position, and answer the cell t
 
 SNIPPETS = (
     """
-N_SUBJ = 14  # subject token ids are 0..13 (stated in the prompt)
+N_SUBJ = 16  # subject token ids are 0..15 (stated in the prompt)
 attr_lo = int(model.cfg.d_vocab) - 8
 def m_of(logits):
     a = logits[:, -1, attr_lo:]
