@@ -57,6 +57,7 @@ N_FLAGS, BOS = 3, 0
 HIDDEN = {"easy": 0, "medium": 1, "hard": 3}  # backups parked on the sink (solo effect inside the non-members' range)
 KINDS = ("sink", "mark", "flag0", "flag1", "flag2")  # the keys a non-member attends to
 PAD = 28  # residual dims nothing writes: the QK/OV padding reads them
+DECOYS = 3  # decoy triples per pair: mark-attending output copiers parked like backups (3x the backups)
 H_GAIN = (2.5, 3.5)  # gain of the "handled" (and "aux") write: with w about 3, no pad value of QK is large
 
 
@@ -76,7 +77,7 @@ def _layout(pairs: int) -> Layout:
         ("mark", 1),
         ("sink", 1),
         ("handled", pairs),
-        ("aux", pairs),
+        ("aux", DECOYS * pairs),
         ("pad", PAD),
     ):
         lay.add(name, dim)
@@ -177,16 +178,18 @@ def _non_members(p: Planter, s: Stream, pairs, marked, gains, n_heads: int) -> N
     members = {h for pair in pairs for h in pair}
     free = [(ly, h) for ly in range(N_LAYERS) for h in range(n_heads) if (ly, h) not in members]
     g_pool = [g for k in range(len(pairs)) for g in gains[k][:2]]
-    decoy_w = [s.fraction(12.0, 15.0) / (0.85 * sum(H_GAIN) / 2) for _ in pairs]
+    decoy_w = [s.fraction(12.0, 15.0) / (0.85 * sum(H_GAIN) / 2) for _ in range(DECOYS * len(pairs))]
     w_pool = [gains[k][4] for k in range(len(pairs))] + decoy_w
     extra_qk: dict[tuple[int, int], float] = {}
     extra_ov: dict[tuple[int, int], float] = {}
     jobs: dict[tuple[int, int], tuple[str, str]] = {}  # head -> (key, destination of the copy)
     # decoy triples: two first-position writers of aux[j] in earlier layers park a later head on the sink
-    for j in range(len(pairs)):
+    for j in range(DECOYS * len(pairs)):
         late = [hd for hd in free if hd[0] >= 2 and hd not in jobs]
         dl, dh = late[s.below(len(late))]
         early = [hd for hd in free if hd[0] < dl and hd not in jobs]
+        if len(early) < 2:  # the earlier layers are used up: fewer decoys
+            break
         w1, w2 = (early[i] for i in s.sample(len(early), 2))
         hs = []
         for wl, wh in (w1, w2):
@@ -350,4 +353,8 @@ def _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
         return False
     members = {h for pair in pairs for h in pair}
     solo = single_head_ablations(model, tokens, lambda lg: mean_margin(lg, targets))
-    return all(abs(eff["clean"] - v) / eff["clean"] <= 0.04 for h, v in solo.items() if h not in members)
+    others = [(eff["clean"] - v) / eff["clean"] for h, v in solo.items() if h not in members]
+    if max(abs(d) for d in others) > 0.04:
+        return False
+    # a hidden backup alone moves the margin no more than some non-member does, in either direction
+    return all(min(others) <= eff["backup"][k] <= max(others) for k in hidden)
