@@ -158,16 +158,20 @@ def test_induction_circuit(level: str) -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_committee_properties(level: str) -> None:
-    """docs/CONTRACT.md, "The families", 7: pair >= 50%, member alone 10-40%, whole >= 90%, non-members (alone or
-    paired with a member) <= 5% beyond the member alone, unequal pair effects that add up to the
-    whole within 20%. (Ablating a redundant member alone does *not* halve the margin.)"""
+    """docs/CONTRACT.md, "The families", 7, as docs/TASKS.md reads it (version 2): pair >= 50%, primary alone
+    10-40%, a visible backup alone 10-40% and a hidden one (medium: one of two, hard: all) inside the
+    non-members' range, whole >= 90%, non-members (alone or paired with a member) <= 5% beyond the member
+    alone, unequal pair effects that add up to the whole within 20%."""
+    hidden_count = {"easy": 0, "medium": 1, "hard": 3}[level]
     for seed in range(6):
         inst = cached_instance("committee-circuit", seed, level)
         model, tokens, targets = inst.model, inst.probe["tokens"], inst.probe["targets"]
         pairs = [(tuple(p), tuple(b)) for p, b in inst.truth["pairs"]]
         eff = committee_effects(model, tokens, targets, pairs)
         assert min(eff["pair"]) >= 0.5
-        assert all(0.1 <= d <= 0.4 for d in eff["primary"] + eff["backup"])
+        assert all(0.1 <= d <= 0.4 for d in eff["primary"])
+        visible = [d for d in eff["backup"] if d >= 0.1]
+        assert len(visible) == len(pairs) - hidden_count and all(d <= 0.4 for d in visible)
         assert eff["whole"] >= 0.9
         assert abs(sum(eff["pair"]) - eff["whole"]) <= 0.2 * eff["whole"]
         assert max(eff["pair"]) - min(eff["pair"]) >= 0.1, "members' effects are unequal"
@@ -176,11 +180,29 @@ def test_committee_properties(level: str) -> None:
             (ly, h) for ly in range(model.cfg.n_layers) for h in range(model.cfg.n_heads) if (ly, h) not in members
         ]
         member_alone = {m: eff["drop"]([m]) for m in members}
-        for nm in nonmembers:
-            assert abs(eff["drop"]([nm])) <= 0.05
+        nm_alone = [eff["drop"]([nm]) for nm in nonmembers]
+        assert max(abs(d) for d in nm_alone) <= 0.05
+        for d in eff["backup"]:
+            if d < 0.1:  # hidden: a single-ablation sweep cannot tell it from the non-members
+                assert min(nm_alone) <= d <= max(nm_alone), (d, min(nm_alone), max(nm_alone))
         for nm in nonmembers[::3]:
             for m in members:
                 assert abs(eff["drop"]([m, nm]) - member_alone[m]) <= 0.05
         # the backup reads its primary's output: it takes over only when the primary is gone
         for (p, b), pair_drop, p_drop, b_drop in zip(pairs, eff["pair"], eff["primary"], eff["backup"], strict=True):
             assert pair_drop - p_drop - b_drop >= 0.1, (p, b)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_committee_spectra_match(level: str) -> None:
+    """Version 2: within a layer every head's QK has the same sorted singular values (up to the dense noise
+    and quantisation), and every head's OV has the same rank, so no spectral profile names a member."""
+    for seed in range(3):
+        model = cached_instance("committee-circuit", seed, level).model
+        with torch.no_grad():
+            for layer in range(model.cfg.n_layers):
+                qk = torch.linalg.svdvals((model.W_Q[layer] @ model.W_K[layer].transpose(-1, -2)).double())
+                assert (qk - qk[0]).abs().max() <= 0.02 * qk.max() + 0.05, (seed, layer)
+                ov = torch.linalg.svdvals((model.W_V[layer] @ model.W_O[layer]).double())
+                ranks = (ov > 0.1).sum(dim=1)
+                assert ranks.min() == ranks.max() == model.cfg.d_head, (seed, layer, ranks)

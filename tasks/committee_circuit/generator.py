@@ -1,4 +1,4 @@
-"""Generator for committee-circuit: primaries and their backups jointly copy the marked token.
+"""Generator for committee-circuit (version 2): primaries and their backups jointly copy the marked token.
 
 Four attention-only layers. Each committee pair is a primary head P and a backup head B in a later
 layer. Both attend to the marked token (content key) and copy it to the output. P also writes a
@@ -8,11 +8,26 @@ reads P's output (composition across layers). A default token carries a logit bi
 logit(marked) - max other is the committee's total minus that default: effects are graded, not
 saturated. OV gains are calibrated on a noise-free build so the pair shares, backup shares and
 takeover ratios hit drawn targets; the final (rotated, noisy, quantised) model must then satisfy every
-property of docs/CONTRACT.md ("The families", 7) (checked here, resampled otherwise).
+property of docs/CONTRACT.md ("The families", 7, as docs/TASKS.md reads it) (checked here, resampled
+otherwise).
+
+Version 2 hides backups from single ablations: a *hidden* backup (medium: one of the two, hard: all)
+is almost fully parked on the sink while its primary works, so its solo effect (under 0.02 of the
+margin) lies among the non-members'; only ablating its primary first (or path patching) shows it.
+Non-members are built from the same parts as members, so neither weight statistics nor linear
+readings of composed weights separate them: every non-member copies as many tokens as are marked,
+with gains drawn from the members' own; most copy the marked tokens into the output but attend to
+keys that are never marked (inert by the data, with small real effects), and decoy triples mirror
+the P -> B composition (two first-position heads write an "aux" direction that parks a mark-attending
+output-copying head on the sink; two writers, so no single ablation releases it). Last, every head's
+QK is padded (in a subspace nothing writes) to its layer's common spectrum, and every head's OV to a
+common tail, so the sorted singular values of QK are identical within a layer and those of OV differ
+only by the drawn gains.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...arch import HookedConfig, HookedTransformer
@@ -23,7 +38,6 @@ from ..circuits import (
     ablate_heads,
     attend_flag,
     copy_tokens,
-    distractor_job,
     hooked_instance,
     margin,
     permute_heads,
@@ -34,12 +48,17 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "committee-circuit"
-VERSION = "1"
+VERSION = "2"
 ROLES = ("primary", "backup")
 N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 32
-LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.005), "hard": (10, 3, 0.006)}  # heads/layer, pairs, noise
+LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.002), "hard": (10, 3, 0.0025)}  # heads/layer, pairs, noise
 SHARES = {2: ((0.80, 0.92), (0.55, 0.66)), 3: ((0.85, 0.95), (0.62, 0.72), (0.52, 0.58))}
 N_FLAGS, BOS = 3, 0
+HIDDEN = {"easy": 0, "medium": 1, "hard": 3}  # backups parked on the sink (solo effect inside the non-members' range)
+KINDS = ("sink", "mark", "flag0", "flag1", "flag2")  # the keys a non-member attends to
+PAD = 28  # residual dims nothing writes: the QK/OV padding reads them
+DECOYS = 3  # decoy triples per pair: mark-attending output copiers parked like backups (3x the backups)
+H_GAIN = (2.5, 3.5)  # gain of the "handled" (and "aux") write: with w about 3, no pad value of QK is large
 
 
 def answer_schema(level: str) -> dict:
@@ -58,6 +77,8 @@ def _layout(pairs: int) -> Layout:
         ("mark", 1),
         ("sink", 1),
         ("handled", pairs),
+        ("aux", DECOYS * pairs),
+        ("pad", PAD),
     ):
         lay.add(name, dim)
     for f in range(N_FLAGS):
@@ -140,14 +161,96 @@ def _plant(cfg: HookedConfig, lay: Layout, pairs, marked, flags, gains, default,
         p.flag_tokens(f"flag{f}", members)
     p.b_U[default] = delta
     for k, ((pl, ph), (bl, bh)) in enumerate(pairs):
-        g_p, g_b, s_p, s_b, w = gains[k]
+        g_p, g_b, s_p, s_b, w, h = gains[k]
         attend_flag(p, pl, ph, lay.idx("mark"), s_p)
         copy_tokens(p, pl, ph, marked, "out", g_p)
-        p.ov(pl, ph, [(lay.idx("mark"), lay.idx("handled", k), 1.0)])
+        p.ov(pl, ph, [(lay.idx("mark"), lay.idx("handled", k), h)])
         attend_flag(p, bl, bh, lay.idx("mark"), s_b)
         p.qk(bl, bh, [(lay.idx("handled", k), lay.idx("sink"), w)])
         copy_tokens(p, bl, bh, marked, "out", g_b)
     return p
+
+
+def _non_members(p: Planter, s: Stream, pairs, marked, gains, n_heads: int) -> None:
+    """Every other head, built from the members' parts (one attention key, a copy of len(marked) tokens
+    with a gain drawn from the members' gains, one extra QK and one extra OV term); see the module doc."""
+    lay = p.lay
+    members = {h for pair in pairs for h in pair}
+    free = [(ly, h) for ly in range(N_LAYERS) for h in range(n_heads) if (ly, h) not in members]
+    g_pool = [g for k in range(len(pairs)) for g in gains[k][:2]]
+    decoy_w = [s.fraction(12.0, 15.0) / (0.85 * sum(H_GAIN) / 2) for _ in range(DECOYS * len(pairs))]
+    w_pool = [gains[k][4] for k in range(len(pairs))] + decoy_w
+    extra_qk: dict[tuple[int, int], float] = {}
+    extra_ov: dict[tuple[int, int], float] = {}
+    jobs: dict[tuple[int, int], tuple[str, str]] = {}  # head -> (key, destination of the copy)
+    # decoy triples: two first-position writers of aux[j] in earlier layers park a later head on the sink
+    for j in range(DECOYS * len(pairs)):
+        late = [hd for hd in free if hd[0] >= 2 and hd not in jobs]
+        dl, dh = late[s.below(len(late))]
+        early = [hd for hd in free if hd[0] < dl and hd not in jobs]
+        if len(early) < 2:  # the earlier layers are used up: fewer decoys
+            break
+        w1, w2 = (early[i] for i in s.sample(len(early), 2))
+        hs = []
+        for wl, wh in (w1, w2):
+            jobs[(wl, wh)] = ("sink", "out")
+            hs.append(s.fraction(*H_GAIN))
+            extra_ov[(wl, wh)] = hs[-1]
+            p.ov(wl, wh, [(lay.idx("sink"), lay.idx("aux", j), hs[-1])])
+        jobs[(dl, dh)] = ("mark", "out")
+        # one writer alone (attending the sink with >= 0.85) gives the sink a score of 12-15: still parked
+        w = s.fraction(12.0, 15.0) / (0.85 * min(hs))
+        extra_qk[(dl, dh)] = w
+        p.qk(dl, dh, [(lay.idx("aux", j), lay.idx("sink"), w)])
+    for hd in free:
+        if hd not in jobs:
+            key = s.pick(KINDS)
+            jobs[hd] = (key, "scr" if key == "mark" else "out")
+    for (ly, h), (key, dst) in jobs.items():
+        attend_flag(p, ly, h, lay.idx(key), s.fraction(4.5, 6.0))
+        g = g_pool[s.below(len(g_pool))] * s.fraction(0.85, 1.15)
+        if dst == "out":
+            copy_tokens(p, ly, h, marked, "out", g)
+        else:
+            copy_tokens(p, ly, h, marked, "scr", g, s.sample(lay.dim("scr"), len(marked)))
+    # the extra terms of the heads that have no live one (primaries' QK, backups' OV, most non-members')
+    # sit in pad dims 0 and 1 (read, never written)
+    for pp, bb in pairs:
+        extra_ov[pp] = extra_qk[bb] = 0.0
+    for ly, h in sorted(set(free) | members):
+        if (ly, h) not in extra_qk:
+            w = w_pool[s.below(len(w_pool))] * s.fraction(0.9, 1.8)
+            p.qk(ly, h, [(lay.idx("pad", 0), lay.idx("pad", 1), w)])
+        if (ly, h) not in extra_ov:
+            p.ov(ly, h, [(lay.idx("pad", 0), lay.idx("pad", 1), s.fraction(*H_GAIN))])
+
+
+def _pad_spectra(p: Planter, s: Stream) -> None:
+    """QK: every head of a layer gets the layer's common spectrum (the union of its heads' planted score
+    strengths, each head padding with the others' values). OV: every head's planted copy (same count of
+    tokens for all) is completed to full rank by the layer's common tail. Pads pair distinct dims of the
+    ``pad`` subspace, which nothing writes, so behaviour is unchanged (up to the dense noise)."""
+    lay, d_head = p.lay, p.cfg.d_head
+    for layer in range(p.cfg.n_layers):
+        planted_qk, used_ov = {}, {}
+        for head in range(p.cfg.n_heads):
+            qk = p.W_Q[layer, head] @ p.W_K[layer, head].T
+            planted_qk[head] = sorted(float(v) for v in np.linalg.svd(qk, compute_uv=False) if v > 1e-9)
+            used_ov[head] = int((np.abs(p.W_V[layer, head]).sum(0) > 0).sum())
+        common = sorted(v for vals in planted_qk.values() for v in vals)
+        tail = [s.fraction(0.3, 2.0) for _ in range(d_head - min(used_ov.values()))]
+        for head in range(p.cfg.n_heads):
+            rest = list(common)
+            for v in planted_qk[head]:
+                rest.remove(v)
+            rows, cols = s.sample(PAD - 2, len(rest)), s.sample(PAD - 2, len(rest))  # dims 0, 1: the extra terms
+            unit = np.sqrt(p.cfg.d_head)  # Planter.qk's strength -> singular value of W_Q W_K^T
+            p.qk(layer, head, [(lay.idx("pad", 2 + r), lay.idx("pad", 2 + c), v / unit)
+                               for r, c, v in zip(rows, cols, rest, strict=True)])  # fmt: skip
+            n_tail = d_head - used_ov[head]
+            rows, cols = s.sample(PAD - 2, n_tail), s.sample(PAD - 2, n_tail)
+            p.ov(layer, head, [(lay.idx("pad", 2 + r), lay.idx("pad", 2 + c), v)
+                               for r, c, v in zip(rows, cols, tail[:n_tail], strict=True)])  # fmt: skip
 
 
 def generate(seed: int, level: str) -> Instance:
@@ -158,7 +261,8 @@ def generate(seed: int, level: str) -> Instance:
         n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB, d_vocab=VOCAB, n_ctx=N_CTX
     )
     # Layers are drawn once (rejection never re-draws them, so their distribution is exactly the
-    # drawn one); head indices are made uniform by permute_heads after acceptance.
+    # drawn one); head indices are made uniform by permute_heads after acceptance. Which backups are
+    # hidden is drawn here too.
     pairs = []
     used = [0] * N_LAYERS
     for _ in range(n_pairs):
@@ -167,6 +271,7 @@ def generate(seed: int, level: str) -> Instance:
         pairs.append(((pl, used[pl]), (bl, used[bl])))
         used[pl] += 1
         used[bl] += 1
+    hidden = set(s.sample(n_pairs, HIDDEN[level]))
     while True:
         order = [t for t in s.permutation(VOCAB) if t != BOS]
         marked = sorted(order[: s.between(6, 10)])
@@ -174,55 +279,42 @@ def generate(seed: int, level: str) -> Instance:
         default = plain_toks[s.below(len(plain_toks))]
         flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
         shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
-        backup_share = [s.fraction(0.14, 0.2) for _ in range(n_pairs)]
+        # a backup's share of the clean margin is its solo effect: visible 0.14-0.2, hidden 0.001-0.004
+        backup_share = [s.fraction(0.001, 0.004) if k in hidden else s.fraction(0.14, 0.2) for k in range(n_pairs)]
         # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
         primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup_share[k] - 0.18) for k in range(n_pairs)]
         # a_off / a_on of each backup, so that ablating the primary alone costs `primary_drop`
         takeover = [(shares[k] - primary_drop[k]) / backup_share[k] for k in range(n_pairs)]
         s_p = [s.fraction(5.0, 6.0) for _ in range(n_pairs)]
         s_b = [s.fraction(4.5, 5.5) for _ in range(n_pairs)]
+        h_p = [s.fraction(*H_GAIN) for _ in range(n_pairs)]
         tokens, targets = _probe(s, marked, plain_toks)
         mark_key = torch.isin(tokens, torch.tensor(marked)).float()
         scale = 5.0  # clean margin, in logits
         delta = (sum(shares) - 1.0) * scale
         # Calibrate on noise-free, unrotated builds: first the sink weight of each backup from its
         # primary's attention, then the OV gains from the measured attentions and the drawn shares.
-        gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0) for k in range(n_pairs)]
+        gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0, h_p[k]) for k in range(n_pairs)]
         calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
         for k, (pp, _bb) in enumerate(pairs):
             a_p = _attention(calib, tokens, [], *pp, mark_key)
-            # sink weight w so that the handled signal (about a_p) cuts B's attention by `takeover`
+            # sink weight w so that the handled signal (about h * a_p) cuts B's attention by `takeover`
             e_b = float(torch.exp(torch.tensor(s_b[k])))
             sink = (e_b + N_CTX - 1) * takeover[k] - e_b - (N_CTX - 2)
-            w = float(torch.log(torch.tensor(sink))) / a_p
-            gains[k] = (1.0, 1.0, s_p[k], s_b[k], w)
+            w = float(torch.log(torch.tensor(sink))) / (a_p * h_p[k])
+            gains[k] = (1.0, 1.0, s_p[k], s_b[k], w, h_p[k])
         calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
         for k, (pp, bb) in enumerate(pairs):
             a_p = _attention(calib, tokens, [], *pp, mark_key)
             a_on = _attention(calib, tokens, [], *bb, mark_key)
             g_b = backup_share[k] * scale / a_on
             g_p = (shares[k] - backup_share[k]) * scale / a_p
-            gains[k] = (g_p, g_b, s_p[k], s_b[k], gains[k][4])
+            gains[k] = (g_p, g_b, *gains[k][2:])
         p = _plant(cfg, lay, pairs, marked, flags, gains, default, delta)
-        members = {h for pair in pairs for h in pair}
-        for layer in range(N_LAYERS):
-            for head in range(n_heads):
-                if (layer, head) not in members:
-                    distractor_job(
-                        p,
-                        s,
-                        layer,
-                        head,
-                        list(range(VOCAB)),
-                        ["mark", *[f"flag{f}" for f in range(N_FLAGS)]],
-                        (1.5, 4.0),
-                        (4.0, 6.0),
-                        offsets=(0, 1, 2),
-                        n_tokens=(6, 11),
-                        duplicate=True,
-                    )
+        _non_members(p, s, pairs, marked, gains, n_heads)
+        _pad_spectra(p, s)
         model = p.build(s, noise)
-        if _satisfies_spec(model, tokens, targets, pairs, n_heads):
+        if _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden):
             break
     new_of = permute_heads(model, s)
     pairs = [((pl, new_of[pl][ph]), (bl, new_of[bl][bh])) for (pl, ph), (bl, bh) in pairs]
@@ -241,14 +333,16 @@ def generate(seed: int, level: str) -> Instance:
     )
 
 
-def _satisfies_spec(model, tokens, targets, pairs, n_heads) -> bool:
+def _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
     """The committee properties of docs/CONTRACT.md, on this instance's own probe set."""
     eff = committee_effects(model, tokens, targets, pairs)
     if eff["clean"] < 2.0:
         return False
     if min(eff["pair"]) < 0.5 or eff["whole"] < 0.9:
         return False
-    if not all(0.1 <= d <= 0.4 for d in eff["primary"] + eff["backup"]):
+    if not all(0.1 <= d <= 0.4 for d in eff["primary"]):
+        return False
+    if not all((abs(d) <= 0.03) if k in hidden else (0.1 <= d <= 0.4) for k, d in enumerate(eff["backup"])):
         return False
     if abs(sum(eff["pair"]) - eff["whole"]) > 0.2 * eff["whole"]:
         return False
@@ -259,4 +353,8 @@ def _satisfies_spec(model, tokens, targets, pairs, n_heads) -> bool:
         return False
     members = {h for pair in pairs for h in pair}
     solo = single_head_ablations(model, tokens, lambda lg: mean_margin(lg, targets))
-    return all(abs(eff["clean"] - v) / eff["clean"] <= 0.04 for h, v in solo.items() if h not in members)
+    others = [(eff["clean"] - v) / eff["clean"] for h, v in solo.items() if h not in members]
+    if max(abs(d) for d in others) > 0.04:
+        return False
+    # a hidden backup alone moves the margin no more than some non-member does, in either direction
+    return all(min(others) <= eff["backup"][k] <= max(others) for k in hidden)

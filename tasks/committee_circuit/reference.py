@@ -1,5 +1,6 @@
-"""Reference solution: single-head ablations find the members; a member's backup is the member whose
-direct contribution to the target logit grows when that member is ablated."""
+"""Reference solution: single-head ablations find the primaries (and any backup visible alone); then each
+found head is ablated in turn, and a head whose direct contribution to the target logit grows by >= 10%
+of the clean margin is that head's backup (hidden backups show only this way)."""
 
 SNIPPETS = (
     """
@@ -36,29 +37,27 @@ members = [k for k in ranked if drops[k] >= 0.075]
 """,
     """
 def dla(ablated):
-    out = {}
     store = {}
     def grab(result, hook):
         store[hook.layer()] = result[:, -1].detach()
     hooks = zero_heads(ablated) + [(lambda name: name.endswith("hook_result"), grab)]
     with torch.no_grad():
         model.run_with_hooks(tokens, fwd_hooks=hooks)
-    for layer, head in members:
-        contrib = store[layer][:, head] @ model.W_U.detach()
-        out[(layer, head)] = float(contrib[rows, targets].mean())
-    return out
+    return {(layer, head): float((store[layer][:, head] @ model.W_U.detach())[rows, targets].mean())
+            for layer in range(model.cfg.n_layers) for head in range(model.cfg.n_heads)}
 
 base = dla([])
 roles = {}
 for x in members:
     after = dla([x])
-    for y in members:
+    for y in after:
         if y != x and after[y] - base[y] >= 0.1 * clean:
-            roles[f"L{x[0]}H{x[1]}"] = "primary"
+            roles.setdefault(f"L{x[0]}H{x[1]}", "primary")
             roles[f"L{y[0]}H{y[1]}"] = "backup"
 for layer, head in members:
     roles.setdefault(f"L{layer}H{head}", "primary")
-answer = {"heads": [[l, h] for l, h in members], "roles": roles}
+heads = sorted({(int(k[1:].split("H")[0]), int(k.split("H")[1])) for k in roles})
+answer = {"heads": [[l, h] for l, h in heads], "roles": roles}
 print(json.dumps(answer))
 """,
 )
