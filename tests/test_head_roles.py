@@ -80,14 +80,15 @@ def _profiles(inst) -> dict[tuple[int, int], list[float]]:
 @pytest.mark.parametrize("level", LEVELS)
 def test_every_head_of_a_layer_has_the_same_spectra(level: str) -> None:
     """The QK and OV singular values of every head of a layer are one profile (exactly, up to the
-    weight grid, without noise; within the noise otherwise), whatever the role."""
+    weight grid, without noise; within the noise, relative to the largest, otherwise), whatever the role."""
     for seed in range(4):
         inst = cached_instance(FAM, seed, level)
         profiles = _profiles(inst)
         for lay in range(inst.model.cfg.n_layers):
-            p = torch.tensor([profiles[(lay, h)] for h in range(inst.model.cfg.n_heads)])
-            spread = float(((p.max(0).values - p.min(0).values) / p.max(0).values).max())
-            assert spread <= (1e-4 if level == "easy" else 0.05), (seed, lay, spread)
+            both = torch.tensor([profiles[(lay, h)] for h in range(inst.model.cfg.n_heads)])
+            for p in both.split(inst.model.cfg.d_head, dim=1):  # QK, then OV
+                spread = float((p.max(0).values - p.min(0).values).max() / p.max())
+                assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
 
 
 @pytest.mark.parametrize("level", LEVELS)
