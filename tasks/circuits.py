@@ -326,3 +326,62 @@ def single_head_ablations(
         for lay in range(model.cfg.n_layers)
         for h in range(model.cfg.n_heads)
     }
+
+
+# ---------------------------------------------------------------------------------------
+# spectral padding (opt-in): every head of a layer gets the same QK and OV singular values
+# ---------------------------------------------------------------------------------------
+def spectral_target(s: Stream, bound: float, n: int, spread: tuple[float, float] = (1.02, 1.2)) -> np.ndarray:
+    """A sorted (descending) profile of ``n`` singular values, each in ``bound`` * ``spread``: draw it
+    once per layer from constants of the level (never from the planted heads), so it says nothing
+    about which jobs the layer holds."""
+    return bound * np.sort([s.fraction(*spread) for _ in range(n)])[::-1]
+
+
+def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, target: np.ndarray, pad: str,
+                 sink: str | None = None) -> None:  # fmt: skip
+    """Rewrite one head's QK (``circuit="qk"``: W_Q W_K^T) or OV (``"ov"``: W_V W_O) so that its
+    singular values are exactly ``target`` (sorted descending, one per head dimension) while every
+    entry between dims outside ``pad`` / ``sink`` keeps its planted value -- so the head computes the same.
+
+    How: with the planted matrix A = sum_i sigma_i u_i v_i^T, the head gets
+    sum_i target_i a_i b_i^T, where a_i = c_i u_i + sqrt(1 - c_i^2) e_{p_i} and
+    b_i = c_i v_i + sqrt(1 - c_i^2) e_{q_i}, c_i = sqrt(sigma_i / target_i) (0 beyond A's rank), and
+    p_i, q_i distinct dims of ``pad`` (QK: both sides read it; OV: the source side reads it) or of
+    ``sink`` (OV: the destination side writes it). ``pad`` must be a subspace nothing writes and
+    ``sink`` one nothing reads; the caller guarantees that. Needs target_i >= sigma_i (ValueError
+    otherwise) and ``pad`` / ``sink`` of at least d_head dims."""
+    dh = p.cfg.d_head
+    if circuit == "qk":
+        left, right = p.W_Q[layer, head], p.W_K[layer, head]
+        side = (pad, pad)
+    elif circuit == "ov":
+        left, right = p.W_V[layer, head], p.W_O[layer, head].T
+        side = (pad, sink or pad)
+    else:
+        raise ValueError(circuit)
+    (ql, rl), (qr, rr) = np.linalg.qr(left), np.linalg.qr(right)  # the SVD of left @ right.T, in d_head dims
+    us, sig, vts = np.linalg.svd(rl @ rr.T)
+    u, vt = ql @ us, vts @ qr.T
+    target = np.asarray(target, dtype=float)
+    rank = int((sig > 1e-9 * max(float(sig[0]), 1e-300)).sum())
+    if rank > dh or len(target) != dh or np.any(target[:rank] < sig[:rank] * (1 + 1e-9)):
+        raise ValueError(f"target profile below the planted one (L{layer}H{head} {circuit})")
+    new = []
+    for (start, stop), vecs in zip((p.lay.spans[side[0]], p.lay.spans[side[1]]), (u.T, vt), strict=True):
+        if stop - start < dh:
+            raise ValueError("pad / sink subspaces need d_head dims")
+        if rank and np.abs(vecs[:rank, start:stop]).max() > 1e-9:
+            raise ValueError("the planted circuit already touches the pad / sink subspace")
+        dims = [start + i for i in s.sample(stop - start, dh)]
+        cols = np.zeros((p.cfg.d_model, dh))
+        for i in range(dh):
+            c = np.sqrt(sig[i] / target[i]) if i < rank else 0.0  # both sides lean in equally: the least noise
+            if i < rank:
+                cols[:, i] = c * vecs[i]
+            cols[dims[i], i] += np.sqrt(1.0 - c * c)
+        new.append(cols * np.sqrt(target))
+    if circuit == "qk":
+        p.W_Q[layer, head], p.W_K[layer, head] = new
+    else:
+        p.W_V[layer, head], p.W_O[layer, head] = new[0], new[1].T

@@ -65,15 +65,43 @@ def test_roles_vary_and_constant_answers_score_low(level: str) -> None:
     assert len({tuple(sorted(t["roles"].items())) for t in truths}) == N_SEEDS
 
 
+def _profiles(inst) -> dict[tuple[int, int], list[float]]:
+    """Sorted singular values of each head's QK (W_Q W_K^T) and OV (W_V W_O), d_head of each."""
+    m, out = inst.model, {}
+    with torch.no_grad():
+        for lay in range(m.cfg.n_layers):
+            for h in range(m.cfg.n_heads):
+                qk = torch.linalg.svdvals((m.W_Q[lay, h] @ m.W_K[lay, h].T).double())[: m.cfg.d_head]
+                ov = torch.linalg.svdvals((m.W_V[lay, h] @ m.W_O[lay, h]).double())[: m.cfg.d_head]
+                out[(lay, h)] = [*qk.tolist(), *ov.tolist()]
+    return out
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_every_head_of_a_layer_has_the_same_spectra(level: str) -> None:
+    """The QK and OV singular values of every head of a layer are one profile (exactly, up to the
+    weight grid, without noise; within the noise, relative to the largest, otherwise), whatever the role."""
+    for seed in range(4):
+        inst = cached_instance(FAM, seed, level)
+        profiles = _profiles(inst)
+        for lay in range(inst.model.cfg.n_layers):
+            both = torch.tensor([profiles[(lay, h)] for h in range(inst.model.cfg.n_heads)])
+            for p in both.split(inst.model.cfg.d_head, dim=1):  # QK, then OV
+                spread = float((p.max(0).values - p.min(0).values).max() / p.max())
+                assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
+
+
 @pytest.mark.parametrize("level", LEVELS)
 def test_weight_statistics_do_not_predict_roles(level: str) -> None:
-    """A nearest-centroid classifier on per-head weight statistics (norms, ranks of QK/OV), fitted on
-    20 seeds and tested on 20 others, scores <= 0.3 chance-corrected."""
+    """A nearest-centroid classifier on per-head weight statistics (norms, ranks of QK/OV) and the
+    sorted singular-value profiles of QK and OV, with the layer, fitted on 20 seeds and tested on 20
+    others, scores <= 0.3 chance-corrected."""
 
     def rows(seed: int) -> list[tuple[list[float], str]]:
         inst = cached_instance(FAM, seed, level)
-        stats = head_stats(inst)
-        return [([*stats[h].values()], inst.truth["roles"][f"L{h[0]}H{h[1]}"]) for h in sorted(stats)]
+        stats, profiles = head_stats(inst), _profiles(inst)
+        truth = inst.truth["roles"]
+        return [([h[0], *stats[h].values(), *profiles[h]], truth[f"L{h[0]}H{h[1]}"]) for h in sorted(stats)]
 
     train = [r for seed in range(20) for r in rows(seed)]
     x = torch.tensor([v for v, _ in train])

@@ -154,6 +154,14 @@ def test_induction_circuit(level: str) -> None:
             )
         knocked = torch.stack([store["p"][:, i, i - HALF + 1] for i in range(HALF, n)]).mean()
         assert knocked <= 0.5 * induction_attn
+        # every head of a layer has one QK and one OV singular-value profile (version 3): the spectra say
+        # nothing about which head is the circuit's (exact up to the weight grid without noise)
+        for lay in range(2):
+            for circuit in ((model.W_Q, model.W_K), (model.W_V, model.W_O.transpose(-1, -2))):
+                a, b = (w[lay].detach().double() for w in circuit)
+                prof = torch.linalg.svdvals(a @ b.transpose(-1, -2))[:, : model.cfg.d_head]
+                spread = float((prof.max(0).values - prof.min(0).values).max() / prof.max())
+                assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
 
 
 @pytest.mark.parametrize("level", LEVELS)

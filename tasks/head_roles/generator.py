@@ -22,12 +22,21 @@ import torch
 from ...answer_kind import AnswerKind
 from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
-from ..circuits import Layout, Planter, attend_flag, attend_offset, copy_tokens, permute_heads
+from ..circuits import (
+    Layout,
+    Planter,
+    attend_flag,
+    attend_offset,
+    copy_tokens,
+    pad_spectrum,
+    permute_heads,
+    spectral_target,
+)
 from ..rng import Stream
 from . import prompt
 
 TASK_ID = "head-roles"
-VERSION = "1"
+VERSION = "2"
 ROLES = ("previous-token", "duplicate-token", "induction", "attend-to-first", "local", "none")
 LAYER0 = ("previous-token", "duplicate-token", "attend-to-first", "local", "none")
 HALF, N_PROBE, N_LAYERS = 8, 64, 2
@@ -36,28 +45,8 @@ LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 9, 0.01), "hard": (32, 10, 0.02)}
 THRESHOLD = 0.4  # stated in the prompt
 PLANTED_MIN, OTHER_MAX = 0.55, 0.25  # enforced by the generator
 N_FLAGS = 3
-PAD_EXTRA = 8  # head dims beyond the largest planted job, so every head's QK can be padded to full rank
-
-
-def _pad_qk(p: Planter, s: Stream) -> None:
-    """Give every head's QK the same rank and Frobenius norm: extra score pairs between dims of the
-    ``pad`` subspace, which nothing ever writes (so attention is unchanged). Without this, the rank
-    and norm of QK alone would name the role (one pair for attend-to-first, n_ctx pairs for offsets,
-    vocab + n_ctx for duplicate-token)."""
-    d_head = p.cfg.d_head
-    pad = p.lay.dim("pad")
-    sq = {}
-    for layer in range(p.cfg.n_layers):
-        for head in range(p.cfg.n_heads):
-            sq[(layer, head)] = float(((p.W_Q[layer, head] @ p.W_K[layer, head].T) ** 2).sum())
-    target = max(sq.values()) * 1.1
-    for (layer, head), have in sq.items():
-        used = int((abs(p.W_Q[layer, head]).sum(0) + abs(p.W_K[layer, head]).sum(0) > 0).sum())
-        n_pad = d_head - used
-        each = ((target - have) / (n_pad * d_head)) ** 0.5
-        rows, cols = s.sample(pad, n_pad), s.sample(pad, n_pad)  # distinct rows and columns: full rank
-        p.qk(layer, head, [(p.lay.idx("pad", r), p.lay.idx("pad", c), each * s.fraction(0.8, 1.2))
-                           for r, c in zip(rows, cols, strict=True)])  # fmt: skip
+PAD_EXTRA = 8  # head dims beyond the largest planted job
+QK_MAX, OV_MAX = 8.0, 2.0  # the largest planted score strength and copy gain (bounds of the spectral targets)
 
 
 def answer_schema(level: str) -> dict:
@@ -106,7 +95,7 @@ def detect_roles(model: HookedTransformer, tokens: torch.Tensor) -> tuple[dict[t
 def _layout(vocab: int) -> Layout:
     lay = Layout()
     for name, dim in (("tok", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1),
-                      ("pad", vocab + N_CTX + PAD_EXTRA)):  # fmt: skip
+                      ("pad", vocab + N_CTX + PAD_EXTRA), ("sink", vocab + N_CTX + PAD_EXTRA)):  # fmt: skip
         lay.add(name, dim)
     for f in range(N_FLAGS):
         lay.add(f"flag{f}", 1)
@@ -160,8 +149,11 @@ def generate(seed: int, level: str) -> Instance:
     lay = _layout(vocab)
     cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 4, d_head=vocab + N_CTX + PAD_EXTRA,
                        d_vocab=vocab, n_ctx=N_CTX)  # fmt: skip
+    roles = {(layer, h): r for layer in range(N_LAYERS) for h, r in enumerate(_layer_roles(s, layer, n_heads))}
+    dh = cfg.d_head
+    # one QK and one OV singular-value profile per layer, from constants only (see circuits.pad_spectrum)
+    targets = [(spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for _ in range(N_LAYERS)]
     while True:
-        roles = {(layer, h): r for layer in range(N_LAYERS) for h, r in enumerate(_layer_roles(s, layer, n_heads))}
         p = Planter(cfg, lay)
         p.embed_basics(out_gain=1.0)
         for f in range(N_FLAGS):
@@ -169,7 +161,9 @@ def generate(seed: int, level: str) -> Instance:
         first_prev = min(h for (layer, h), r in roles.items() if layer == 0 and r == "previous-token")
         for (layer, head), role in roles.items():
             _plant(p, s, layer, head, role, vocab, copies_prev=(layer, head) == (0, first_prev))
-        _pad_qk(p, s)
+        for layer, head in roles:  # every head of a layer: the same QK and the same OV spectrum
+            pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad")
+            pad_spectrum(p, s, layer, head, "ov", targets[layer][1], "pad", "sink")
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         _, scores = detect_roles(model, tokens)

@@ -23,20 +23,23 @@ from ..circuits import (
     distractor_job,
     hooked_instance,
     margin,
+    pad_spectrum,
     permute_heads,
     single_head_ablations,
+    spectral_target,
 )
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "2"
+VERSION = "3"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
 LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.02)}  # vocab, heads/layer, noise
 N_FLAGS = 3
+QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
 
 
 def answer_schema(level: str) -> dict:
@@ -45,7 +48,9 @@ def answer_schema(level: str) -> dict:
 
 def _layout(vocab: int) -> Layout:
     lay = Layout()
-    for name, dim in (("tok", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1)):
+    # pad: read by the spectral padding, written by nothing; sink: written by the OV padding, read by nothing
+    for name, dim in (("tok", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1),
+                      ("pad", vocab), ("sink", vocab)):  # fmt: skip
         lay.add(name, dim)
     for f in range(N_FLAGS):
         lay.add(f"flag{f}", 1)
@@ -78,6 +83,9 @@ def generate(seed: int, level: str) -> Instance:
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
+    dh = cfg.d_head
+    # one QK and one OV singular-value profile per layer, from constants only (see circuits.pad_spectrum)
+    targets = [(spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for _ in range(N_LAYERS)]
     while True:
         p = Planter(cfg, lay)
         p.embed_basics(out_gain=2.0)
@@ -106,9 +114,15 @@ def generate(seed: int, level: str) -> Instance:
                     n_tokens=(vocab, vocab),
                     duplicate=True,
                 )
+        for layer in range(N_LAYERS):  # every head of a layer: the same QK and the same OV spectrum
+            for head in range(n_heads):
+                pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad")
+                pad_spectrum(p, s, layer, head, "ov", targets[layer][1], "pad", "sink")
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         clean = induction_margin(model, tokens)
+        if clean < 2.0:  # rejected whatever the ablations say (they draw nothing): skip them
+            continue
         after = single_head_ablations(model, tokens, lambda lg, m=model, t=tokens: induction_margin(m, t, lg))
         drops = {head: clean - value for head, value in after.items()}
         low = min(drops[(0, prev_head)], drops[(1, ind_head)])
