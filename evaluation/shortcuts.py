@@ -54,7 +54,10 @@ def is_composed(feature: str) -> bool:
     return feature.startswith("composed:")
 
 
-FEATURE_CLASSES = (("stats", lambda name: not is_composed(name)), ("composed", is_composed))
+def feature_columns(names: list[str]) -> list[tuple[str, list[tuple[int, str]]]]:
+    """The feature columns of each single-feature class: ``stats`` (per-component) and ``composed`` (products)."""
+    return [("stats", [(j, n) for j, n in enumerate(names) if not is_composed(n)]),
+            ("composed", [(j, n) for j, n in enumerate(names) if is_composed(n)])]  # fmt: skip
 
 
 @dataclass
@@ -449,11 +452,9 @@ class Audit:
         comps = [ad.components(i) for i in self.insts]
         n = len(self.insts)
         out = []
-        for cls, pick in FEATURE_CLASSES:
+        for cls, columns in feature_columns(comps[0].names):
             best = Finding(cls, 0.0, "none")
-            for j, name in enumerate(comps[0].names):
-                if not pick(name):
-                    continue
+            for j, name in columns:
                 for sign, per_group in itertools.product((1, -1), (False, True)):
                     answers = [ad.choose(inst, c, sign * c.x[:, j], per_group)
                                for inst, c in zip(self.insts, comps, strict=True)]  # fmt: skip
@@ -533,11 +534,9 @@ class Audit:
             return float(np.mean(scores))
 
         onehot = lambda c: np.eye(n_groups)[np.array(c.groups)]  # noqa: E731
-        for cls, pick in FEATURE_CLASSES:
+        for cls, columns in feature_columns(comps[0].names):
             best = Finding(cls, 0.0, "none")
-            for j, name in enumerate(comps[0].names):
-                if not pick(name):
-                    continue
+            for j, name in columns:
                 one = lambda c, j=j: np.hstack([c.x[:, [j]], within(c)[:, [j]], onehot(c)])  # noqa: E731
                 score = fitted(one, softmax_regression)
                 best = self.keep(best, Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer"))
@@ -633,11 +632,9 @@ class Audit:
             return sum(scores) / n
 
         out = []
-        for cls, pick in FEATURE_CLASSES:
+        for cls, columns in feature_columns(comps[0].names):
             best = Finding(cls, 0.0, "none")
-            for j, name in enumerate(comps[0].names):
-                if not pick(name):
-                    continue
+            for j, name in columns:
                 for sign in (1, -1):
                     score = with_rules(np.array([int(np.argmax(sign * c.x[:, j])) for c in comps]))
                     rule = f"{'max' if sign > 0 else 'min'} {name} layer, best position rule"

@@ -96,8 +96,9 @@ def _pairs(p: int) -> torch.Tensor:
 
 def _square_units(x: np.ndarray, y: np.ndarray, col: np.ndarray, kind: str) -> list[tuple]:
     """Units as squares of one input direction (left = right), by the polarisation identities:
-    ``product``: (x + y)^2 - (x - y)^2 = 4 x y, written as col (x y); ``zero``: (x + y)^2 + (x - y)^2 - 2 x^2 - 2 y^2 = 0,
-    four units writing col-sized columns that cancel on every input. Each entry: (direction, output column)."""
+    ``product``: (x + y)^2 - (x - y)^2 = 4 x y, written as col (x y); ``zero``:
+    (x + y)^2 + (x - y)^2 - 2 x^2 - 2 y^2 = 0, four units writing col-sized columns that cancel on every input.
+    Each entry: (direction, output column)."""
     if kind == "product":
         return [(x + y, col / 4), (x - y, -col / 4)]
     return [(x + y, col), (x - y, col), (x, -2 * col), (y, -2 * col)]
