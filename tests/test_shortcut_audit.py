@@ -27,6 +27,9 @@ OPEN = {
     ("induction-circuit", "composed"): "only the induction head writes what the unembedding reads (W_E OV W_U, "
     "OV W_U) and only the previous-token head's OV feeds a K input; copy-head v2's decoy writers (tasks/decoys.py) "
     "are the known fix",
+    ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
+    "separates mark-attending members from non-members at easy (0.31 over 40 seeds); the decoy non-members need "
+    "the members' attention strengths",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset); closing it needs roles whose attention is not a function of "
     "position alone",
