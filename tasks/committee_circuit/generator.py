@@ -33,15 +33,14 @@ import torch
 from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
 from ..circuits import (
+    Ablator,
     Layout,
     Planter,
-    ablate_heads,
     attend_flag,
     copy_tokens,
     hooked_instance,
     margin,
     permute_heads,
-    single_head_ablations,
 )
 from ..rng import Stream
 from ..schemas import head_schema
@@ -101,31 +100,13 @@ def mean_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
     return margin(logits[:, -1], targets).mean().item()
 
 
-def _attention(
-    model: HookedTransformer, tokens: torch.Tensor, ablate: list, layer: int, head: int, key: torch.Tensor
-) -> float:
-    """Mean attention of (layer, head) at the last position onto the key positions in ``key``."""
-    store = {}
-
-    def grab(pattern, hook):
-        store["p"] = pattern[:, head, -1].detach()
-
-    by_layer: dict[int, list[int]] = {}
-    for lay, h in ablate:
-        by_layer.setdefault(lay, []).append(h)
-
-    def zero(hs):
-        def fn(z, hook):
-            z[:, :, hs] = 0.0
-            return z
-
-        return fn
-
-    hooks = [(f"blocks.{lay}.attn.hook_z", zero(hs)) for lay, hs in by_layer.items()]
-    hooks.append((f"blocks.{layer}.attn.hook_pattern", grab))
+def _attentions(model: HookedTransformer, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
+    """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions
+    in ``key``, from one clean forward pass."""
+    names = {f"blocks.{lay}.attn.hook_pattern" for lay, _ in heads}
     with torch.no_grad():
-        model.run_with_hooks(tokens, fwd_hooks=hooks)
-    return float((store["p"] * key).sum(dim=1).mean())
+        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+    return [float((cache[f"blocks.{lay}.attn.hook_pattern"][:, h, -1] * key).sum(dim=1).mean()) for lay, h in heads]
 
 
 def committee_effects(
@@ -135,20 +116,28 @@ def committee_effects(
     pairs: list[tuple[tuple[int, int], tuple[int, int]]],
 ) -> dict:
     """Margin drops (as fractions of the clean margin) for the ablations that the contract names."""
-    clean = mean_margin(model(tokens), targets)
-
-    def drop(heads: list) -> float:
-        return (clean - mean_margin(ablate_heads(model, tokens, heads), targets)) / clean
-
+    effects = _Effects(model, tokens, targets)
     members = [h for pair in pairs for h in pair]
     return {
-        "clean": clean,
-        "pair": [drop([pp, bb]) for pp, bb in pairs],
-        "primary": [drop([pp]) for pp, _ in pairs],
-        "backup": [drop([bb]) for _, bb in pairs],
-        "whole": drop(members),
-        "drop": drop,
+        "clean": effects.clean,
+        "pair": [effects.drop([pp, bb]) for pp, bb in pairs],
+        "primary": [effects.drop([pp]) for pp, _ in pairs],
+        "backup": [effects.drop([bb]) for _, bb in pairs],
+        "whole": effects.drop(members),
+        "drop": effects.drop,
     }
+
+
+class _Effects:
+    """Margin drops of head ablations as fractions of the clean margin (an :class:`Ablator` underneath)."""
+
+    def __init__(self, model: HookedTransformer, tokens: torch.Tensor, targets: torch.Tensor):
+        self.ablator = Ablator(model, tokens)
+        self.targets = targets
+        self.clean = mean_margin(self.ablator.clean, targets)
+
+    def drop(self, heads: list) -> float:
+        return (self.clean - mean_margin(self.ablator.logits(heads), self.targets)) / self.clean
 
 
 def _plant(cfg: HookedConfig, lay: Layout, pairs, marked, flags, gains, default, delta) -> Planter:
@@ -296,17 +285,17 @@ def generate(seed: int, level: str) -> Instance:
         # primary's attention, then the OV gains from the measured attentions and the drawn shares.
         gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0, h_p[k]) for k in range(n_pairs)]
         calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
-        for k, (pp, _bb) in enumerate(pairs):
-            a_p = _attention(calib, tokens, [], *pp, mark_key)
+        attn = _attentions(calib, tokens, [pp for pp, _ in pairs], mark_key)
+        for k, a_p in enumerate(attn):
             # sink weight w so that the handled signal (about h * a_p) cuts B's attention by `takeover`
             e_b = float(torch.exp(torch.tensor(s_b[k])))
             sink = (e_b + N_CTX - 1) * takeover[k] - e_b - (N_CTX - 2)
             w = float(torch.log(torch.tensor(sink))) / (a_p * h_p[k])
             gains[k] = (1.0, 1.0, s_p[k], s_b[k], w, h_p[k])
         calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
-        for k, (pp, bb) in enumerate(pairs):
-            a_p = _attention(calib, tokens, [], *pp, mark_key)
-            a_on = _attention(calib, tokens, [], *bb, mark_key)
+        attn = _attentions(calib, tokens, [h for pair in pairs for h in pair], mark_key)
+        for k in range(n_pairs):
+            a_p, a_on = attn[2 * k], attn[2 * k + 1]
             g_b = backup_share[k] * scale / a_on
             g_p = (shares[k] - backup_share[k]) * scale / a_p
             gains[k] = (g_p, g_b, *gains[k][2:])
@@ -334,27 +323,33 @@ def generate(seed: int, level: str) -> Instance:
 
 
 def _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
-    """The committee properties of docs/CONTRACT.md, on this instance's own probe set."""
-    eff = committee_effects(model, tokens, targets, pairs)
-    if eff["clean"] < 2.0:
+    """The committee properties of docs/CONTRACT.md, on this instance's own probe set. Cheap checks
+    that reject most candidates (the pairs' drops) come first; the non-members' solo ablations, the
+    dearest, come last and stop at the first one out of range."""
+    eff = _Effects(model, tokens, targets)
+    if eff.clean < 2.0:
         return False
-    if min(eff["pair"]) < 0.5 or eff["whole"] < 0.9:
+    pair = [eff.drop([pp, bb]) for pp, bb in pairs]
+    if min(pair) < 0.5 or max(pair) - min(pair) < 0.1:
         return False
-    if not all(0.1 <= d <= 0.4 for d in eff["primary"]):
+    primary = [eff.drop([pp]) for pp, _ in pairs]
+    if not all(0.1 <= d <= 0.4 for d in primary):
         return False
-    if not all((abs(d) <= 0.03) if k in hidden else (0.1 <= d <= 0.4) for k, d in enumerate(eff["backup"])):
+    backup = [eff.drop([bb]) for _, bb in pairs]
+    if not all((abs(d) <= 0.03) if k in hidden else (0.1 <= d <= 0.4) for k, d in enumerate(backup)):
         return False
-    if abs(sum(eff["pair"]) - eff["whole"]) > 0.2 * eff["whole"]:
-        return False
-    if max(eff["pair"]) - min(eff["pair"]) < 0.1:
-        return False
-    takeover = [pr - pa - ba for pr, pa, ba in zip(eff["pair"], eff["primary"], eff["backup"], strict=True)]
+    takeover = [pr - pa - ba for pr, pa, ba in zip(pair, primary, backup, strict=True)]
     if min(takeover) < 0.12:
         return False
-    members = {h for pair in pairs for h in pair}
-    solo = single_head_ablations(model, tokens, lambda lg: mean_margin(lg, targets))
-    others = [(eff["clean"] - v) / eff["clean"] for h, v in solo.items() if h not in members]
-    if max(abs(d) for d in others) > 0.04:
+    members = {h for pp in pairs for h in pp}
+    whole = eff.drop(sorted(members))
+    if whole < 0.9 or abs(sum(pair) - whole) > 0.2 * whole:
         return False
+    others = []
+    for head in ((ly, h) for ly in range(N_LAYERS) for h in range(n_heads)):
+        if head not in members:
+            others.append(eff.drop([head]))
+            if abs(others[-1]) > 0.04:
+                return False
     # a hidden backup alone moves the margin no more than some non-member does, in either direction
-    return all(min(others) <= eff["backup"][k] <= max(others) for k in hidden)
+    return all(min(others) <= backup[k] <= max(others) for k in hidden)
