@@ -62,6 +62,13 @@ def pytest_configure(config: pytest.Config) -> None:
         results = tempfile.mkdtemp(prefix="mechsandbox-results-")
         os.environ[RESULTS_ENV] = results
         config._results_dir = results  # type: ignore[attr-defined]
+    if _is_controller(config):
+        # Every process the tests start (servers, `mechsandbox gen-art`, the CLI) gets one intra-op
+        # thread too: on a 2-core machine already busy with the xdist workers, torch's default of one
+        # thread per core made a subprocess's generation many times slower (threads spinning against
+        # each other; `gen-art --check` measured 49 s alone, 16 min beside a loaded run).
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(name, "1")
     if not _is_controller(config):
         # One intra-op thread per xdist worker: the workers already use every core, and the models
         # are small, so more threads only add synchronisation (artifacts must not depend on it:
