@@ -119,7 +119,11 @@ def test_artifacts_load_without_pickle() -> None:
 
 
 def test_wheel_installs_one_namespace(tmp_path: Path) -> None:
-    """A plain build puts everything under mechsandbox/ and nothing generic (tasks/, server/) at top level."""
+    """A plain build puts everything under mechsandbox/ and nothing generic (tasks/, server/) at top level.
+    Built from a copy of the tree: setuptools' build/ folder in the checkout is shared with
+    tests/test_container.py's install, and two builds at once raced there."""
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__", "artifacts"))
     subprocess.run(
         [
             sys.executable,
@@ -131,7 +135,7 @@ def test_wheel_installs_one_namespace(tmp_path: Path) -> None:
             "-q",
             "-w",
             str(tmp_path),
-            str(ROOT),
+            str(src),
         ],
         check=True,
         capture_output=True,
