@@ -22,7 +22,8 @@ from mechsandbox.tasks import LEVELS, get_family
 N_SEEDS = 40
 
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
-# that is clearly fixed (<= LIMIT - 0.1 at every level) fails the test until it is removed from here.
+# that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
+# inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
     ("induction-circuit", "composed"): "only the induction head writes what the unembedding reads (W_E OV W_U, "
     "OV W_U) and only the previous-token head's OV feeds a K input; copy-head v2's decoy writers (tasks/decoys.py) "
@@ -48,18 +49,9 @@ def test_no_shortcut_scores_above_03(task_id: str, level: str) -> None:
     assert {f.cls for f in found} == set(CLASSES) - set(exempt)
     leaks = [f"{f.cls} {f.score:.3f} ({f.strategy})" for f in found if f.score > LIMIT and (task_id, f.cls) not in OPEN]
     assert not leaks, f"{task_id}/{level}: " + "; ".join(leaks)
-
-
-@pytest.mark.parametrize(("task_id", "cls"), sorted(OPEN))
-def test_open_findings_are_still_open(task_id: str, cls: str) -> None:
-    """An OPEN entry is a known leak, not a permanent exemption: once the family closes it at every level, the
-    entry must go (and the class is held to the limit again)."""
-    torch.set_num_threads(1)
-    scores = {}
-    for level in LEVELS:
-        found = Audit(task_id, cached_instances(task_id, range(N_SEEDS), level)).run((cls,))
-        scores[level] = found[0].score
-    assert max(scores.values()) > LIMIT - 0.1, f"{task_id} {cls} looks fixed ({scores}): remove it from OPEN"
+    # an OPEN entry is a known leak, not a permanent exemption: once it is closed, it must go
+    fixed = [f"{f.cls} {f.score:.3f}" for f in found if (task_id, f.cls) in OPEN and f.score <= LIMIT - 0.1]
+    assert not fixed, f"{task_id}/{level}: {fixed} look fixed: remove or narrow the OPEN entry"
 
 
 def test_every_exemption_is_stated_in_the_family_notes() -> None:
