@@ -54,7 +54,7 @@ def test_random_answers_are_always_well_formed(task_id: str) -> None:
         inst = cached_instance(task_id, 0, level)
         for _ in range(25):
             answer = agent.random_answer(inst.answer_schema)
-            grade = fam.grade(answer, inst.truth)
+            grade = fam.grade(answer, inst.truth, inst)
             assert not grade.rejected, (answer, grade.message)
             if AnswerKind(inst.answer_schema["x-kind"]).is_set:
                 size = len(answer["heads"]) if isinstance(answer, dict) else len(answer)
