@@ -33,7 +33,8 @@ The sandbox (a notebook: variables persist between your snippets):
   like `blocks.0.attn.hook_z`, weights `model.W_Q`, `model.W_O`, `model.cfg`.
 - Refused: files, pickle, os/sys/subprocess, names starting with `_`, TorchScript, raw memory,
   global settings. Output is capped at 64 KiB; each snippet has a time limit of a few seconds.
-- Use `print` to see results. Keep snippets short and purposeful.
+- Use `print` to see results; a bare expression on a snippet's last line shows its value, as in a notebook.
+  Keep snippets short and purposeful.
 
 How to reply (exactly one of these per reply):
 1. A code snippet in one fenced block:

@@ -138,6 +138,33 @@ def test_mlp_snippet(mlp_session, code: str, expected: str) -> None:
     assert expected in result.stdout, result.stdout
 
 
+ECHO_CASES = [  # (snippet, its whole output): a bare last expression echoes like a REPL or notebook cell
+    ("model.W_Q.shape", "torch.Size([2, 12, 106, 16])\n"),
+    ("n = model.cfg.n_layers\nn + 1", "3\n"),
+    ("'abc'", "'abc'\n"),
+    ("print(1)", "1\n"),  # print's None is not echoed
+    ("x = None\nx", ""),
+    ("for i in range(2):\n    i", ""),  # only the snippet's own last statement, not a block's
+    ("y = 2\nif y:\n    y", ""),
+    ("z = 5", ""),
+]
+
+
+@pytest.mark.parametrize(("code", "output"), ECHO_CASES, ids=[f"e{i}" for i in range(len(ECHO_CASES))])
+def test_a_bare_last_expression_echoes_its_value(transformer_session, code: str, output: str) -> None:
+    result = transformer_session.run(code)
+    assert result.error is None, result.error
+    assert result.stdout == output
+
+
+def test_an_echo_is_cut_and_cannot_be_called_by_name(transformer_session) -> None:
+    result = transformer_session.run("list(range(5000))")
+    assert result.error is None and result.stdout.endswith("more characters)\n"), result.stdout[-80:]
+    assert len(result.stdout) < 4100
+    refused = transformer_session.run("_echo_(1)")
+    assert refused.error and "starts with" in refused.error and refused.stdout == ""
+
+
 def test_namespace_persists_between_steps(transformer_session) -> None:
     assert transformer_session.run("kept = 41").error is None
     assert transformer_session.run("print(kept + 1)").stdout == "42\n"

@@ -156,6 +156,20 @@ class SnippetTransformer(RestrictingNodeTransformer):
         ast.fix_missing_locations(new)
         return new
 
+    def visit_Module(self, node: ast.Module) -> Any:
+        """A bare expression as the snippet's last statement echoes its value, as a REPL or a notebook cell
+        does (``cache["pattern", 0].shape`` on the last line shows the shape; ``None`` prints nothing). The
+        call is added after the policy has checked the tree, so ``_echo_`` is the sandbox's name, never one a
+        snippet can write (names starting with "_" are refused)."""
+        node = super().visit_Module(node)
+        if node.body and isinstance(node.body[-1], ast.Expr):
+            last = node.body[-1]
+            echo = ast.Expr(ast.Call(func=ast.Name("_echo_", ast.Load()), args=[last.value], keywords=[]))
+            copy_locations(echo, last)
+            ast.fix_missing_locations(echo)
+            node.body[-1] = echo
+        return node
+
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         value = node.value
         if (
@@ -490,6 +504,20 @@ class PrintHook:
         return self.buffer.getvalue()
 
 
+ECHO_CAP = 4000  # characters of an echoed value's repr (the output cap still bounds the whole step)
+
+
+def echo(buffer: OutputBuffer, value: Any) -> None:
+    """What a bare last expression prints: its repr, cut at ``ECHO_CAP`` characters; nothing for ``None``.
+    ``repr`` runs the same code ``print(repr(x))`` would, so this reaches nothing a snippet could not."""
+    if value is None:
+        return
+    text = repr(value)
+    if len(text) > ECHO_CAP:
+        text = f"{text[:ECHO_CAP]}... ({len(text) - ECHO_CAP} more characters)"
+    buffer.write(text + "\n")
+
+
 class TypeView:
     """``type(x)`` in the sandbox: prints, compares and works in ``isinstance``; exposes no class."""
 
@@ -618,6 +646,7 @@ def make_globals(
         "_unpack_sequence_": guarded_unpack_sequence,
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_print_": lambda _getattr=None: PrintHook(buffer_ref()),
+        "_echo_": lambda value: echo(buffer_ref(), value),
     }
     g.update(namespace)
     return g
