@@ -9,6 +9,7 @@ The models here have no LayerNorm, so every ``apply_ln`` option is the identity.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -258,6 +259,39 @@ class HookedTransformer(nn.Module):
         for point in self.hook_dict.values():
             point.remove_hooks()
 
+    @contextlib.contextmanager
+    def hooks(
+        self,
+        fwd_hooks: Sequence[tuple] = (),
+        bwd_hooks: Sequence[tuple] = (),
+        reset_hooks_end: bool = True,
+        clear_contexts: bool = False,
+    ) -> Iterator[HookedTransformer]:
+        """TransformerLens's ``with model.hooks(fwd_hooks=[(name, fn)]):``: the hooks are on inside the block;
+        at its end (``reset_hooks_end``) the hooks it added are removed, those added before it stay.
+        ``clear_contexts`` is accepted for TransformerLens's signature (this model keeps no hook contexts)."""
+        marks = self._hook_marks()
+        for name, fn in fwd_hooks:
+            self.add_hook(name, fn, dir="fwd")
+        for name, fn in bwd_hooks:
+            self.add_hook(name, fn, dir="bwd")
+        try:
+            yield self
+        finally:
+            if reset_hooks_end:
+                self._remove_hooks_since(marks)
+
+    def _hook_marks(self) -> list[tuple[HookPoint, int]]:
+        return [(point, len(point._handles)) for point in self.hook_dict.values()]
+
+    @staticmethod
+    def _remove_hooks_since(marks: list[tuple[HookPoint, int]]) -> None:
+        """Remove the hooks added to each point after ``marks`` was taken (earlier ones stay)."""
+        for point, before in marks:
+            for handle in point._handles[before:]:
+                handle.remove()
+            del point._handles[before:]
+
     def run_with_hooks(
         self,
         tokens: torch.Tensor,
@@ -292,16 +326,13 @@ class HookedTransformer(nn.Module):
             t = tensor.detach()
             store[hook.name] = t[0] if remove_batch_dim else t
 
-        handles = [(p, len(p._handles)) for n, p in self.hook_dict.items() if match(n)]
-        for point, _ in handles:
+        marks = [(p, len(p._handles)) for n, p in self.hook_dict.items() if match(n)]
+        for point, _ in marks:
             point.add_hook(save)
         try:
             out = self(tokens, *args, **kwargs)
         finally:
-            for point, before in handles:
-                for handle in point._handles[before:]:
-                    handle.remove()
-                del point._handles[before:]
+            self._remove_hooks_since(marks)
         return out, ActivationCache(store, self.cfg, has_batch_dim=not remove_batch_dim)
 
     # -- weight views (TransformerLens shapes: [n_layers, n_heads, ...]) -------------------

@@ -165,6 +165,47 @@ def test_an_echo_is_cut_and_cannot_be_called_by_name(transformer_session) -> Non
     assert refused.error and "starts with" in refused.error and refused.stdout == ""
 
 
+HOOK_CONTEXT = """
+seen = []
+def grab(z, hook):
+    seen.append(hook.name)
+model.add_hook('blocks.1.attn.hook_z', grab)  # added before the block: stays after it
+with model.hooks(fwd_hooks=[('blocks.0.attn.hook_z', grab)]) as m:
+    m(tokens[:1])
+model(tokens[:1])
+model.reset_hooks()
+model(tokens[:1])
+print(seen)
+"""
+
+
+def test_hooks_context_manager_removes_only_its_own_hooks(transformer_session) -> None:
+    result = transformer_session.run(HOOK_CONTEXT)
+    assert result.error is None, result.error
+    assert result.stdout == "['blocks.0.attn.hook_z', 'blocks.1.attn.hook_z', 'blocks.1.attn.hook_z']\n"
+
+
+RESET_MODEL = """
+clean = model(tokens[:2])
+with torch.no_grad():
+    model.W_E.mul_(0.0)
+model.add_hook('blocks.0.hook_resid_pre', lambda x, hook: x + 1.0)
+edited = model(tokens[:2])
+old = model
+kept = 7
+reset_model()
+print(torch.equal(model(tokens[:2]), clean), torch.equal(edited, clean), kept, old is model)
+"""
+
+
+def test_reset_model_undoes_weight_edits_and_hooks_and_keeps_the_namespace(transformer_session) -> None:
+    result = transformer_session.run(RESET_MODEL)
+    assert result.error is None, result.error
+    assert result.stdout == "True False 7 False\n"
+    again = transformer_session.run("print(kept, torch.equal(model(tokens[:2]), clean))")
+    assert again.stdout == "7 True\n", again.stdout + str(again.error)
+
+
 def test_namespace_persists_between_steps(transformer_session) -> None:
     assert transformer_session.run("kept = 41").error is None
     assert transformer_session.run("print(kept + 1)").stdout == "42\n"

@@ -31,6 +31,7 @@ from mechsandbox.arch import (
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.server.sandbox.facade import Facade, build_facades, make_import
 from mechsandbox.server.sandbox.policy import DENIED_ATTRIBUTES, OutputBuffer, make_builtins
+from mechsandbox.server.sandbox.runtime import Runtime
 
 #: Parameter names that mean "an attribute name", "raw memory" or "a memo keyed by addresses".
 SUSPECT = frozenset(
@@ -176,6 +177,8 @@ def reachable_callables() -> Iterator[tuple[str, Any]]:
         yield from walk(f"builtins.{name}", value, True)
     for name, value in helper_namespace(list(HELPERS)).items():  # what a payload may add: ``utils``
         yield from walk(name, type(value), True)
+    for name, value in Runtime(facades).session_functions().items():  # ``reset_model``
+        yield from walk(name, value, True)
     for cls in (HookedTransformer, SubspaceMLP, ToySuperposition, ModAddMLP, GatedMLP, EmbedMLP):  # ``model``
         yield from walk(f"model.{cls.__name__}", cls, True)
 

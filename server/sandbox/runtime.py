@@ -71,6 +71,7 @@ class Runtime:
         self.error_cap = error_cap
         self.buffer = OutputBuffer(output_cap)
         self.globals: dict[str, Any] | None = None
+        self.pristine: tuple[Any, dict[str, Any]] | None = None
 
     def base_namespace(self) -> dict[str, Any]:
         f = self.facades
@@ -90,13 +91,33 @@ class Runtime:
         error), so a payload can add ``utils`` to the namespace but never an arbitrary object."""
         state, probe = split_public_tensors(safetensors.torch.load(blob))
         helpers = helper_namespace(header.get("helpers", []))
-        model = build(header["arch"])
-        model.load_state_dict(state)
+        self.pristine = (header["arch"], state)  # reset_model() builds from these; no snippet sees them
+        self.install({"model": self.fresh_model(), **probe, **header.get("probe", {}), **helpers})
+
+    def fresh_model(self) -> Any:
+        arch, state = self.pristine
+        model = build(arch)
+        model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
         model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
-        self.install({"model": model, **probe, **header.get("probe", {}), **helpers})
+        return model
+
+    def session_functions(self) -> dict[str, Any]:
+        """Functions of the session itself, in every namespace: ``reset_model()`` binds ``model`` to a fresh
+        copy of the pristine model (weights as loaded, no hooks, eval mode, no gradients) and keeps every other
+        name; names that held the old model keep it. Plain closures: nothing public leads back to the runtime."""
+
+        def reset_model() -> None:
+            """Bind ``model`` to a fresh copy of the task's model: weight edits and hooks are undone; every other
+            variable is kept (one that held the old model still holds it)."""
+            if self.globals is None or self.pristine is None:
+                raise RuntimeError("no model is loaded in this session")
+            self.globals["model"] = self.fresh_model()
+
+        return {"reset_model": reset_model}
 
     def install(self, namespace: dict[str, Any]) -> None:
-        self.globals = make_globals({**self.base_namespace(), **namespace}, lambda: self.buffer, self.import_hook)
+        names = {**self.base_namespace(), **self.session_functions(), **namespace}
+        self.globals = make_globals(names, lambda: self.buffer, self.import_hook)
 
     def run(self, source: str, soft_timeout: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
