@@ -27,7 +27,8 @@ The sandbox (a notebook: variables persist between your snippets):
 - Names: `model` (the public model), the task's probe inputs (see the task text), `torch`, `nn`, `F`,
   `np`, `math`, `json`; transformer tasks also have `utils` (TransformerLens-style: `utils.get_act_name`).
   Importable: torch (nn, nn.functional, fft, linalg, special, autograd, optim), numpy (linalg, fft,
-  random), math, itertools, collections, functools, statistics, heapq, json, random, re, copy.
+  random), math, itertools, collections, functools, statistics, heapq, json, random, re, copy, einops
+  (rearrange, reduce, repeat, einsum, pack, unpack, parse_shape), transformer_lens (utils only).
 - Transformer models follow TransformerLens: `model(tokens)`, `model.run_with_cache(tokens)`,
   `cache["pattern", layer]`, `model.run_with_hooks(tokens, fwd_hooks=[(name, fn)])` with hook names
   like `blocks.0.attn.hook_z`, `with model.hooks(fwd_hooks=[(name, fn)]):`, `model.reset_hooks()`, weights

@@ -33,6 +33,26 @@ TRANSFORMER_CASES = [
         "blocks.0.attn.hook_z",
     ),
     ("print(utils.get_act_name('pattern', 1))", "blocks.1.attn.hook_pattern"),
+    ("from transformer_lens import utils as tl\nprint(tl.get_act_name('resid_pre', 1))", "blocks.1.hook_resid_pre"),
+    ("import transformer_lens\nprint(transformer_lens.utils.get_act_name('z', 0))", "blocks.0.attn.hook_z"),
+    ("import transformer_lens.utils as U\nprint(U.get_act_name('pattern', 0))", "blocks.0.attn.hook_pattern"),
+    ("from transformer_lens.utils import get_act_name\nprint(get_act_name('q', 1))", "blocks.1.attn.hook_q"),
+    (
+        "import einops\nlogits, cache = model.run_with_cache(tokens)\n"
+        "z = einops.rearrange(cache['z', 0], 'b p h d -> b p (h d)')\nprint(tuple(z.shape))",
+        "(96, 12, 192)",
+    ),
+    ("from einops import reduce\nprint(tuple(reduce(model.W_Q, 'l h d e -> l h', 'max').shape))", "(2, 12)"),
+    ("from einops import repeat\nprint(tuple(repeat(tokens[0], 'p -> b p', b=3).shape))", "(3, 12)"),
+    (
+        "import einops\nprint(tuple(einops.einsum(model.W_Q, model.W_K, 'l h d e, l h f e -> l h d f').shape))",
+        "(2, 12, 106, 106)",
+    ),
+    (
+        "from einops import pack, unpack\npacked, ps = pack([model.W_E, model.W_pos], '* d')\n"
+        "a, b = unpack(packed, ps, '* d')\nprint(torch.equal(a, model.W_E), tuple(packed.shape))",
+        "True (44, 106)",
+    ),
     ("W = torch.fft.rfft(model.W_E, dim=0)\nprint(W.abs().shape[0])", "17"),
     ("U, S, V = torch.linalg.svd(model.W_E)\nprint(S.shape)", "torch.Size([32])"),
     (
@@ -177,6 +197,11 @@ model.reset_hooks()
 model(tokens[:1])
 print(seen)
 """
+
+
+def test_an_unknown_einops_reduction_is_one_line(transformer_session) -> None:
+    result = transformer_session.run("import einops\neinops.reduce(model.W_E, 'v d -> d', 'tofile')")
+    assert result.error and "\n" not in result.error.strip() and "tofile" in result.error, result.error
 
 
 def test_hooks_context_manager_removes_only_its_own_hooks(transformer_session) -> None:

@@ -31,6 +31,7 @@ import statistics
 from collections.abc import Iterable
 from typing import Any
 
+import einops
 import numpy as np
 import torch
 import torch.autograd.functional
@@ -42,6 +43,8 @@ import torch.nn.init
 import torch.optim
 import torch.special
 from torch import nn
+
+from ...arch import utils
 
 #: Members refused on purpose, with the reason shown to the agent.
 REFUSED_REASONS: dict[str, str] = {}
@@ -425,9 +428,22 @@ def build_stdlib() -> dict[str, Facade]:
     }
 
 
+def build_field_libraries() -> dict[str, Facade]:
+    """What interpretability code imports by reflex: ``einops`` (the real library's public functions: their
+    string patterns name axes, never attributes; a reduction is one of einops's own names or a callable) and
+    ``transformer_lens`` with ``utils``, the sandbox's TransformerLens subset (``from transformer_lens import
+    utils``; there is no ``HookedTransformer`` to load: the task's model is ``model``)."""
+    tl_utils = Facade("transformer_lens.utils", {"get_act_name": utils.get_act_name, "to_numpy": utils.to_numpy})
+    return {
+        "einops": Facade("einops", _pick(einops, _words("rearrange reduce repeat einsum pack unpack parse_shape"))),
+        "transformer_lens": Facade("transformer_lens", {"utils": tl_utils}),
+        "transformer_lens.utils": tl_utils,
+    }
+
+
 def build_facades() -> dict[str, Facade]:
     """Every importable name mapped to its facade (``torch.nn.functional`` included)."""
-    return {**build_torch(), **build_numpy(), **build_stdlib()}
+    return {**build_torch(), **build_numpy(), **build_stdlib(), **build_field_libraries()}
 
 
 def make_import(facades: dict[str, Facade]) -> Any:

@@ -30,9 +30,13 @@ WARM_UP = """
 import torch.nn.functional as G
 from torch import nn as N
 import numpy, math, json, itertools, collections, functools, statistics, heapq, random, re, copy
+import einops
+from transformer_lens import utils as tl_utils
 x = torch.randn(6, 8)
 y = model(sample)
 print(y.shape, G.relu(x).sum(), torch.fft.rfft(x, dim=0).abs().sum(), torch.linalg.svd(x).S[0])
+print(einops.rearrange(x, 'a (b c) -> (a b) c', c=2).shape, einops.reduce(x, 'a b -> b', 'max').shape,
+      einops.einsum(x, x, 'a b, c b -> a c').shape, tl_utils.get_act_name('z', 0))
 print(np.fft.rfft(x.detach().numpy(), axis=0).shape, np.linalg.svd(x.numpy())[1][0], np.asarray(x).mean())
 w = torch.zeros(3, requires_grad=True)
 opt = torch.optim.Adam([w], lr=0.1)
