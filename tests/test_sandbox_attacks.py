@@ -110,8 +110,9 @@ FORMAT_STRINGS = [
 BUILTINS_RECOVERY = [
     ("print-self", "print(getattr(print, '__self__'))", r"not available"),
     ("help-globals", "print(help.__globals__)", r"policy"),
-    ("dir-no-arg", "print(dir())", r"needs an argument"),
-    ("globals", "print(globals())", r"NameError"),
+    # dir() and globals() list the namespace (issue 17): a filtered copy, never the exec globals themselves
+    ("globals-builtins", "print(globals()['__builtins__'])", r"KeyError"),
+    ("globals-guard-write", "g = globals()\ng['_getattr_'] = print\nprint(getattr(model, '__dict__'))", "not avail"),
     ("vars", "print(vars(model))", r"NameError"),
     ("eval", "print(eval('1'))", r"policy"),
     ("exec", "exec('x = 1')", r"policy"),

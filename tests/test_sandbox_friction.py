@@ -199,6 +199,37 @@ print(seen)
 """
 
 
+INTROSPECTION_CASES = [  # (snippet, its whole output)
+    ("try:\n    1 / 0\nexcept Exception as e:\n    print(type(e).__name__)", "ZeroDivisionError\n"),
+    ("print(torch.relu.__name__, type(model.W_E).__name__, np.__name__)", "relu Parameter numpy\n"),
+    ("mine = 1\nprint('mine' in dir(), 'model' in dir(), any(n.startswith('_') for n in dir()))", "True True False\n"),
+    ("g = globals()\ng['model'] = 3\nprint(type(model).__name__, 'tokens' in g)", "HookedTransformer True\n"),
+    ("print(dir(model.cfg)[:2])", "['act_fn', 'attn_only']\n"),
+]
+
+
+@pytest.mark.parametrize(("code", "output"), INTROSPECTION_CASES)
+def test_introspection_researchers_write(transformer_session, code: str, output: str) -> None:
+    result = transformer_session.run(code)
+    assert result.error is None, result.error
+    assert result.stdout == output
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [("np.array([1, 2], dtype=object)", "dtype='O'"), ("open('x')", "files"), ("vars(model)", "dir(x)")],
+)
+def test_a_refused_builtin_says_why(transformer_session, code: str, reason: str) -> None:
+    result = transformer_session.run(code)
+    assert result.error and "is refused in the sandbox" in result.error and reason in result.error, result.error
+
+
+def test_dunder_name_cannot_be_written_or_reach_anything_but_a_string(transformer_session) -> None:
+    assert "starts with" in transformer_session.run("model.__name__ = 'x'").error
+    result = transformer_session.run("model.W_E.__name__")
+    assert result.error and "AttributeError" in result.error and "__name__" in result.error, result.error
+
+
 def test_an_unknown_einops_reduction_is_one_line(transformer_session) -> None:
     result = transformer_session.run("import einops\neinops.reduce(model.W_E, 'v d -> d', 'tofile')")
     assert result.error and "\n" not in result.error.strip() and "tofile" in result.error, result.error

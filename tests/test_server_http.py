@@ -179,6 +179,7 @@ def test_nan_and_huge_answers_are_rejected_before_grading(http) -> None:
     raw = '{"action": {"solution_target": [NaN]}, "episode_id": "EID"}'.replace("EID", eid)
     response = http.post("/step", content=raw, headers={"content-type": "application/json"})
     assert response.status_code == 422 and "finite" in response.json()["detail"]
+    assert response.json()["detail"].count("solution_target") == 1, response.json()["detail"]  # named once
     zeros = ",".join(["0"] * 120_000)
     many = '{"action": {"solution_target": [ZEROS]}, "episode_id": "EID"}'.replace("ZEROS", zeros).replace("EID", eid)
     response = http.post("/step", content=many, headers={"content-type": "application/json"})

@@ -172,6 +172,12 @@ class SnippetTransformer(RestrictingNodeTransformer):
 
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         value = node.value
+        if node.attr == "__name__" and isinstance(node.ctx, ast.Load):
+            # ``type(e).__name__``, ``f.__name__``: a read that can only give a string (``_name_of_``)
+            call = ast.Call(func=ast.Name("_name_of_", ast.Load()), args=[self.visit(value)], keywords=[])
+            copy_locations(call, node)
+            ast.fix_missing_locations(call)
+            return call
         if (
             node.attr == "__init__"
             and isinstance(node.ctx, ast.Load)
@@ -504,6 +510,21 @@ class PrintHook:
         return self.buffer.getvalue()
 
 
+#: Builtins a snippet does not get, with the reason its NameError gives (runtime.format_error).
+REFUSED_BUILTINS: dict[str, str] = {
+    "object": "the base class reaches every class in the process (object.__subclasses__); "
+    "for an object array write dtype='O'",
+    "open": "files are not available in the sandbox",
+    "eval": "code is run only as snippets",
+    "exec": "code is run only as snippets",
+    "compile": "code is run only as snippets",
+    "vars": "use dir(x) or globals()",
+    "locals": "use dir() or globals()",
+    "memoryview": "raw memory is not available in the sandbox",
+    "input": "there is no console; print instead",
+    "breakpoint": "there is no debugger; print instead",
+}
+
 ECHO_CAP = 4000  # characters of an echoed value's repr (the output cap still bounds the whole step)
 
 
@@ -552,12 +573,45 @@ def sandbox_type(obj: Any, *rest: Any) -> TypeView:
     return TypeView(type(obj))
 
 
-def sandbox_dir(obj: Any = None) -> list[str]:
-    if obj is None:
-        raise SandboxError("dir() needs an argument in the sandbox")
+def name_of(obj: Any) -> str:
+    """``x.__name__`` in a snippet: the name of a type view, facade, function or class, and only ever a string
+    (the one dunder read the policy lets through, rewritten to this call at compile time)."""
+    if isinstance(obj, TypeView):
+        return obj.name
     if isinstance(obj, Facade):
-        return obj.member_names
-    return sorted(n for n in dir(obj) if not n.startswith("_") and n not in DENIED_ATTRIBUTES)
+        return object.__getattribute__(obj, "_name")
+    name = getattr(obj, "__name__", None)
+    if type(name) is not str:
+        raise AttributeError(f"{_describe(obj)} has no __name__")
+    return name
+
+
+def own_names(g: dict[str, Any]) -> list[str]:
+    """The names a snippet sees in its namespace (its own variables and the task's), without the guards."""
+    return sorted(n for n in g if not n.startswith("_"))
+
+
+def make_dir(g: dict[str, Any]) -> Callable[..., list[str]]:
+    def sandbox_dir(*args: Any) -> list[str]:
+        """``dir(x)``: what the policy lets through on x; ``dir()``: the namespace's names."""
+        if not args:
+            return own_names(g)
+        if len(args) > 1:
+            raise TypeError(f"dir expected at most 1 argument, got {len(args)}")
+        (obj,) = args
+        if isinstance(obj, Facade):
+            return obj.member_names
+        return sorted(n for n in dir(obj) if not n.startswith("_") and n not in DENIED_ATTRIBUTES)
+
+    return sandbox_dir
+
+
+def make_globals_view(g: dict[str, Any]) -> Callable[[], dict[str, Any]]:
+    def sandbox_globals() -> dict[str, Any]:
+        """A copy of the namespace's names and values (guards left out): writing into it changes nothing."""
+        return {n: g[n] for n in own_names(g)}
+
+    return sandbox_globals
 
 
 HELP_CAP = 4096
@@ -606,7 +660,11 @@ _EXTRA_BUILTINS = (
 )
 
 
-def make_builtins(buffer_ref: Callable[[], OutputBuffer], import_hook: Callable[..., Any]) -> dict[str, Any]:
+def make_builtins(
+    buffer_ref: Callable[[], OutputBuffer], import_hook: Callable[..., Any], namespace: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The snippet's builtins; ``dir()`` and ``globals()`` list ``namespace`` (the exec globals)."""
+    namespace = {} if namespace is None else namespace
     b = dict(safe_builtins)
     for name in _EXTRA_BUILTINS.split():
         b[name] = getattr(builtins, name)
@@ -618,7 +676,8 @@ def make_builtins(buffer_ref: Callable[[], OutputBuffer], import_hook: Callable[
         setattr=guarded_setattr,
         delattr=guarded_delattr,
         type=sandbox_type,
-        dir=sandbox_dir,
+        dir=make_dir(namespace),
+        globals=make_globals_view(namespace),
         help=make_help(buffer_ref),
         id=make_id(),
         __import__=import_hook,
@@ -630,8 +689,9 @@ def make_globals(
     namespace: dict[str, Any], buffer_ref: Callable[[], OutputBuffer], import_hook: Callable[..., Any]
 ) -> dict[str, Any]:
     """The persistent exec globals of one worker: guards, builtins and the public namespace."""
-    g: dict[str, Any] = {
-        "__builtins__": make_builtins(buffer_ref, import_hook),
+    g: dict[str, Any] = {}
+    g.update({
+        "__builtins__": make_builtins(buffer_ref, import_hook, g),
         "__name__": SNIPPET_MODULE,
         "__metaclass__": type,
         "_getattr_": guarded_getattr,
@@ -647,6 +707,7 @@ def make_globals(
         "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
         "_print_": lambda _getattr=None: PrintHook(buffer_ref()),
         "_echo_": lambda value: echo(buffer_ref(), value),
-    }
+        "_name_of_": name_of,
+    })  # fmt: skip
     g.update(namespace)
     return g

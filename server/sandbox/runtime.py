@@ -23,6 +23,7 @@ import safetensors.torch
 from ...arch import build, helper_namespace, split_public_tensors
 from .facade import Facade, make_import
 from .policy import (
+    REFUSED_BUILTINS,
     SNIPPET_FILENAME,
     OutputBuffer,
     OutputLimit,
@@ -55,6 +56,9 @@ def format_error(exc: BaseException, cap: int) -> str:
         message = str(exc)
     except Exception:  # a snippet exception whose __str__ fails
         message = "<unprintable message>"
+    refused = getattr(exc, "name", None) if type(exc) is NameError else None
+    if type(refused) is str and refused in REFUSED_BUILTINS:
+        message = f"name {refused!r} is refused in the sandbox: {REFUSED_BUILTINS[refused]}"
     text = _scrub_paths(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
     text = " ".join(text.encode("utf-8", "replace").decode("utf-8").split())
     text = f"{where}: {text}" if where else text
