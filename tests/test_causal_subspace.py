@@ -131,6 +131,8 @@ def test_grader_with_and_without_the_instance() -> None:
     rotated = (np.array([[2.0, 1.0, 0.0], [0.5, -1.0, 0.0], [0.0, 0.0, 3.0]])[: truth["k"], : truth["k"]]
                @ np.array(truth["basis"])).tolist()  # fmt: skip
     assert grade(FAM, rotated, truth, inst).score == 0.99, "any basis of the subspace"
+    huge = (np.array(truth["basis"]) * 1e300).tolist()  # finite, but an SVD of it overflows
+    assert grade(FAM, huge, truth, inst).score == 0.99, "a scaled basis is the same subspace"
     padded = [*truth["basis"], np.eye(truth["d"])[0].tolist()]
     assert 0.5 <= grade(FAM, padded, truth, inst).score < 0.99
     for bad in ([], [[1.0, 2.0]], [[0.0] * truth["d"]], [[float("nan")] * truth["d"]], {"basis": []}, "S",

@@ -386,6 +386,7 @@ def test_one_sessions_changes_never_reach_another(pool, instance) -> None:
         ("answer = [1]", "a b", "name of a variable"),
         ("answer = 2 ** 80", "answer", "smaller than"),
         ("answer = print", "answer", "cannot contain"),
+        ("answer = torch.empty(3, device='meta')", "answer", "meta tensor"),
     ],
 )
 def test_solution_from_rejects_abuse(session, setup: str, name: str, pattern: str) -> None:

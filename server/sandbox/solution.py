@@ -34,6 +34,8 @@ def _numeric(v: Any, budget: int) -> Any:
         if v.dtype.kind not in "biuf":
             raise AnswerError("arrays in the answer must hold numbers")
         return v.tolist()
+    if v.is_meta:
+        raise AnswerError("a meta tensor has a shape but no values; send a tensor made on the CPU")
     if v.is_complex() or v.is_sparse:
         raise AnswerError("tensors in the answer must be dense and real")
     return v.detach().cpu().tolist()

@@ -26,7 +26,11 @@ def parse_basis(answer: Any, d: int) -> np.ndarray:
         if not all(isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in v):
             raise Rejection("basis vectors must hold finite numbers only")
         rows.append([float(a) for a in v])
-    q = generator.orthonormal(np.array(rows, dtype=np.float64))
+    m = np.array(rows, dtype=np.float64)
+    big = float(np.abs(m).max())
+    if big > 1e100:  # the SVD would overflow to inf/nan and drop every vector; the span is scale-free
+        m = m / big
+    q = generator.orthonormal(m)
     if q.shape[1] == 0:
         raise Rejection("the basis vectors are all zero")
     return q
