@@ -32,7 +32,11 @@ The sandbox (a notebook: variables persist between your snippets):
 - Transformer models follow TransformerLens: `model(tokens)`, `model.run_with_cache(tokens)`,
   `cache["pattern", layer]`, `model.run_with_hooks(tokens, fwd_hooks=[(name, fn)])` with hook names
   like `blocks.0.attn.hook_z`, `with model.hooks(fwd_hooks=[(name, fn)]):`, `model.reset_hooks()`, weights
-  `model.W_Q`, `model.W_O`, `model.cfg`. `reset_model()` undoes weight edits and hooks (other names are kept).
+  `model.W_Q`, `model.W_O`, `model.cfg`, factored circuits `model.OV` / `model.QK` (`.AB`, `.svd()`,
+  `.eigenvalues`, `[layer, head]`), cache helpers (`decompose_resid`, `stack_head_results`, `logit_attrs`).
+  `reset_model()` undoes weight edits and hooks (other names are kept). Weights load with
+  `requires_grad=False`: call `model.requires_grad_(True)` for weight gradients, or `x.requires_grad_()`
+  on an activation inside a hook for attribution patching.
 - Refused: files, pickle, os/sys/subprocess, names starting with `_`, TorchScript, raw memory,
   global settings. Output is capped at 64 KiB; each snippet has a time limit of a few seconds.
 - Use `print` to see results; a bare expression on a snippet's last line shows its value, as in a notebook.

@@ -14,7 +14,7 @@ layer; it depends on neither (torch and numpy only).
 - ``tensors``: the ``model.*`` / ``probe.*`` tensor naming shared by artifacts and sandbox payloads.
 """
 
-from .hooked import HookedConfig, HookedTransformer, utils
+from .hooked import ActivationCache, FactoredMatrix, HookedConfig, HookedTransformer, utils
 from .networks import EmbedMLP, GatedMLP, ModAddMLP, SubspaceMLP, ToySuperposition, relu_mlp
 from .registry import (
     ARCHITECTURES,
@@ -31,8 +31,10 @@ from .tensors import json_safe, public_tensors, split_public_tensors
 __all__ = [
     "ARCHITECTURES",
     "HELPERS",
+    "ActivationCache",
     "Architecture",
     "EmbedMLP",
+    "FactoredMatrix",
     "GatedMLP",
     "HookedConfig",
     "HookedTransformer",

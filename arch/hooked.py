@@ -333,7 +333,7 @@ class HookedTransformer(nn.Module):
             out = self(tokens, *args, **kwargs)
         finally:
             self._remove_hooks_since(marks)
-        return out, ActivationCache(store, self.cfg, has_batch_dim=not remove_batch_dim)
+        return out, ActivationCache(store, self.cfg, has_batch_dim=not remove_batch_dim, model=self)
 
     # -- weight views (TransformerLens shapes: [n_layers, n_heads, ...]) -------------------
     def _stack(self, attr: str) -> torch.Tensor:
@@ -355,6 +355,102 @@ class HookedTransformer(nn.Module):
     W_out = property(lambda self: torch.stack([b.mlp.W_out for b in self.blocks]))
     b_in = property(lambda self: torch.stack([b.mlp.b_in for b in self.blocks]))
     b_out = property(lambda self: torch.stack([b.mlp.b_out for b in self.blocks]))
+
+
+    # -- factored circuits (TransformerLens: model.OV, model.QK) ----------------------------
+    @property
+    def OV(self) -> FactoredMatrix:
+        """Every head's OV circuit W_V W_O as a factored [n_layers, n_heads, d_model, d_model] matrix."""
+        return FactoredMatrix(self.W_V, self.W_O)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """Every head's QK circuit W_Q W_K^T as a factored [n_layers, n_heads, d_model, d_model] matrix."""
+        return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
+
+
+class FactoredMatrix:
+    """A product A @ B kept as its factors (TransformerLens's ``FactoredMatrix``, the part interpretability
+    code uses): ``.AB``, ``.BA``, ``.T``, ``.svd()`` (U, S, Vh with U @ diag(S) @ Vh^T == AB, TransformerLens's
+    convention), ``.S``, ``.U``, ``.Vh``, ``.eigenvalues`` (of AB, computed from the small BA), ``.norm()``,
+    ``.shape``, ``@`` with tensors or factored matrices, and indexing over the leading (layer, head) dims.
+    Why factored: a head's circuit has rank <= d_head, so its SVD comes from [d_head, d_head] matrices."""
+
+    def __init__(self, A: torch.Tensor, B: torch.Tensor):
+        if A.shape[-1] != B.shape[-2]:
+            raise ValueError(f"factors do not chain: {tuple(A.shape)} @ {tuple(B.shape)}")
+        self.A, self.B = A, B
+
+    @property
+    def AB(self) -> torch.Tensor:
+        return self.A @ self.B
+
+    @property
+    def BA(self) -> torch.Tensor:
+        return self.B @ self.A
+
+    @property
+    def T(self) -> FactoredMatrix:
+        return FactoredMatrix(self.B.transpose(-2, -1), self.A.transpose(-2, -1))
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((*torch.broadcast_shapes(self.A.shape[:-2], self.B.shape[:-2]),
+                           self.A.shape[-2], self.B.shape[-1]))  # fmt: skip
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def svd(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(U, S, Vh) with U @ diag(S) @ Vh^T == AB, from the thin factors' SVDs (rank <= the inner dim)."""
+        ua, sa, vha = torch.linalg.svd(self.A, full_matrices=False)
+        ub, sb, vhb = torch.linalg.svd(self.B, full_matrices=False)
+        middle = (sa[..., :, None] * vha) @ (ub * sb[..., None, :])
+        um, s, vhm = torch.linalg.svd(middle, full_matrices=False)
+        u = ua @ um
+        v = vhb.transpose(-2, -1) @ vhm.transpose(-2, -1)
+        return u, s, v
+
+    @property
+    def U(self) -> torch.Tensor:
+        return self.svd()[0]
+
+    @property
+    def S(self) -> torch.Tensor:
+        return self.svd()[1]
+
+    @property
+    def Vh(self) -> torch.Tensor:
+        return self.svd()[2]
+
+    @property
+    def eigenvalues(self) -> torch.Tensor:
+        """The eigenvalues of AB that can be non-zero: those of BA (complex in general)."""
+        return torch.linalg.eigvals(self.BA)
+
+    def norm(self) -> torch.Tensor:
+        """The Frobenius norm of AB (from the singular values)."""
+        return self.S.pow(2).sum(-1).sqrt()
+
+    def __matmul__(self, other: Any) -> FactoredMatrix:
+        if isinstance(other, FactoredMatrix):
+            return FactoredMatrix(self.A, self.B @ other.AB)
+        return FactoredMatrix(self.A, self.B @ other)
+
+    def __rmatmul__(self, other: Any) -> FactoredMatrix:
+        return FactoredMatrix(other @ self.A, self.B)
+
+    def __getitem__(self, idx: Any) -> FactoredMatrix:
+        """Index the leading (layer, head) dims: ``model.OV[1, 4]`` is one head's circuit."""
+        lead = len(self.shape) - 2
+        parts = idx if isinstance(idx, tuple) else (idx,)
+        if len(parts) > lead:
+            raise IndexError(f"a factored matrix indexes its {lead} leading dims only; use .AB for entries")
+        return FactoredMatrix(self.A[parts], self.B[parts])
+
+    def __repr__(self) -> str:
+        return f"FactoredMatrix: shape {tuple(self.shape)}, inner dim {self.A.shape[-1]}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -407,10 +503,17 @@ def to_numpy(tensor: Any) -> np.ndarray:
 class ActivationCache:
     """The cache returned by ``run_with_cache``: full names, ``cache["pattern", 0]``, short keys."""
 
-    def __init__(self, store: dict[str, torch.Tensor], cfg: HookedConfig, has_batch_dim: bool = True):
+    def __init__(
+        self,
+        store: dict[str, torch.Tensor],
+        cfg: HookedConfig,
+        has_batch_dim: bool = True,
+        model: HookedTransformer | None = None,
+    ):
         self.cache_dict = store
         self.cfg = cfg
         self.has_batch_dim = has_batch_dim
+        self.model = model  # as TransformerLens's cache: logit_attrs reads its unembedding
 
     def _key(self, key: Any) -> str:
         if isinstance(key, str):
@@ -457,7 +560,8 @@ class ActivationCache:
     def remove_batch_dim(self) -> ActivationCache:
         if not self.has_batch_dim:
             return self
-        return ActivationCache({k: v[0] for k, v in self.cache_dict.items()}, self.cfg, has_batch_dim=False)
+        store = {k: v[0] for k, v in self.cache_dict.items()}
+        return ActivationCache(store, self.cfg, has_batch_dim=False, model=self.model)
 
     @staticmethod
     def _slice(t: torch.Tensor, pos_slice: Any) -> torch.Tensor:
@@ -541,6 +645,49 @@ class ActivationCache:
             stack = torch.cat([stack, (final - stack.sum(0))[None]])
             labels.append("remainder")
         return (stack, labels) if return_labels else stack
+
+
+    def apply_ln_to_stack(
+        self,
+        residual_stack: torch.Tensor,
+        layer: int | None = None,
+        mlp_input: bool = False,
+        pos_slice: Any = None,
+        batch_slice: Any = None,
+        has_batch_dim: bool = True,
+    ) -> torch.Tensor:
+        """TransformerLens's scaling of a residual stack by the LayerNorm at ``layer``: these models have no
+        LayerNorm (``cfg.normalization_type`` is None), so, as in TransformerLens then, the stack itself."""
+        if self.cfg.normalization_type is not None:
+            raise NotImplementedError(f"apply_ln_to_stack with normalization_type={self.cfg.normalization_type!r}")
+        stack = residual_stack  # [..., batch, pos, d_model]
+        if batch_slice is not None and has_batch_dim:
+            stack = stack[..., batch_slice, :, :]
+        return self._slice(stack, pos_slice)
+
+    def logit_attrs(
+        self,
+        residual_stack: torch.Tensor,
+        tokens: Any,
+        incorrect_tokens: Any = None,
+        pos_slice: Any = None,
+        batch_slice: Any = None,
+        has_batch_dim: bool = True,
+    ) -> torch.Tensor:
+        """Each component's direct contribution to the logit of ``tokens`` (minus that of ``incorrect_tokens``):
+        the stack [..., d_model] dotted with the tokens' unembedding columns, as TransformerLens computes it.
+        ``tokens`` is a token id or a tensor of ids that broadcasts against the stack's leading dims."""
+        if self.model is None:
+            raise ValueError("this cache has no model; use the one run_with_cache returns")
+        w_u = self.model.W_U  # [d_model, d_vocab]
+
+        def directions(toks: Any) -> torch.Tensor:
+            return w_u.T[torch.as_tensor(toks, dtype=torch.long)]  # [..., d_model]
+
+        dirs = directions(tokens) if incorrect_tokens is None else directions(tokens) - directions(incorrect_tokens)
+        stack = self.apply_ln_to_stack(residual_stack, -1, pos_slice=pos_slice, batch_slice=batch_slice,
+                                       has_batch_dim=has_batch_dim)  # fmt: skip
+        return (stack * dirs).sum(-1)
 
 
 class Utils:

@@ -158,3 +158,26 @@ def test_mlp_variant_has_mlp_hooks() -> None:
     assert "blocks.0.hook_resid_mid" in cache and "blocks.0.hook_mlp_out" in cache
     assert m.W_in.shape == (1, 8, 16) and m.W_out.shape == (1, 16, 8)
     assert cache.accumulated_resid(incl_mid=True, return_labels=True)[1] == ["0_pre", "0_mid", "final_post"]
+
+
+def test_factored_circuits_match_their_products(model: HookedTransformer) -> None:
+    """model.OV / model.QK against the dense products: SVD (TransformerLens's U diag(S) Vh^T), the non-zero
+    eigenvalues, the norm, indexing by (layer, head) and composition with the embedding and unembedding."""
+    dense = model.W_V @ model.W_O
+    ov = model.OV
+    assert tuple(ov.shape) == tuple(dense.shape) and torch.allclose(ov.AB, dense)
+    u, s, vh = ov.svd()
+    assert torch.allclose(u @ torch.diag_embed(s) @ vh.transpose(-2, -1), dense, atol=1e-4)
+    assert torch.allclose(s, torch.linalg.svdvals(dense)[..., : s.shape[-1]], atol=1e-4)
+    assert torch.allclose(ov.norm(), dense.norm(dim=(-2, -1)), rtol=1e-4)
+    head = ov[1, 2]
+    big = torch.linalg.eigvals(head.AB.double())
+    small = head.eigenvalues.to(torch.complex128)
+    top = big[big.abs().argsort(descending=True)][: small.shape[0]]
+    assert torch.allclose(small[small.abs().argsort(descending=True)].abs(), top.abs(), atol=1e-3)
+    full = model.W_E @ ov @ model.W_U
+    assert torch.allclose(full.AB, model.W_E @ dense @ model.W_U, atol=1e-3)
+    assert torch.allclose(model.QK.AB, model.W_Q @ model.W_K.transpose(-2, -1))
+    assert torch.allclose(model.QK.T.AB, model.QK.AB.transpose(-2, -1))
+    with pytest.raises(IndexError, match="leading dims"):
+        ov[0, 0, 0]

@@ -33,6 +33,44 @@ TRANSFORMER_CASES = [
         "blocks.0.attn.hook_z",
     ),
     ("print(utils.get_act_name('pattern', 1))", "blocks.1.attn.hook_pattern"),
+    ("print(model.OV)", "FactoredMatrix: shape (2, 12, 106, 106), inner dim 16"),
+    (  # attribution patching: gradients on an activation, the weights left frozen
+        "saved = {}\ndef keep(z, hook):\n    z.requires_grad_(True)\n    saved['z'] = z\n    return z\n"
+        "out = model.run_with_hooks(tokens[:4], fwd_hooks=[('blocks.0.attn.hook_z', keep)])\n"
+        "out[:, -1].sum().backward()\nprint(tuple(saved['z'].grad.shape), model.W_E.grad is None)",
+        "(4, 12, 12, 16) True",
+    ),
+    (  # gradients on the weights, as the prompt says
+        "model.requires_grad_(True)\nmodel(tokens[:4])[:, -1].sum().backward()\n"
+        "print(model.W_E.grad.abs().sum() > 0)\nreset_model()\nprint(model.W_E.requires_grad)",
+        "tensor(True)\nFalse",
+    ),
+    (
+        "U, S, Vh = model.OV[1, 3].svd()\n"
+        "print(torch.allclose(U @ torch.diag(S) @ Vh.T, model.OV[1, 3].AB, atol=1e-4))",
+        "True",
+    ),
+    (
+        "full = model.W_E @ model.OV @ model.W_U\nprint(tuple(full.AB.shape), tuple(full.S.shape))",
+        "(2, 12, 32, 32) (2, 12, 16)",
+    ),
+    ("ev = model.OV[0, 0].eigenvalues\nprint(ev.shape, ev.dtype)", "torch.Size([16]) torch.complex64"),
+    (
+        "print(torch.allclose(model.QK.AB, model.W_Q @ model.W_K.transpose(-2, -1), atol=1e-5), model.QK.T.ndim)",
+        "True 4",
+    ),
+    (
+        "logits, cache = model.run_with_cache(tokens)\nstack, labels = cache.decompose_resid(return_labels=True)\n"
+        "attrs = cache.logit_attrs(stack, targets, pos_slice=-1)\n"
+        "total = attrs.sum(0) + model.b_U[targets]\n"
+        "print(labels, torch.allclose(total, logits[torch.arange(len(targets)), -1, targets], atol=1e-3))",
+        "['embed', 'pos_embed', '0_attn_out', '1_attn_out'] True",
+    ),
+    (
+        "logits, cache = model.run_with_cache(tokens)\nheads, labels = cache.stack_head_results(return_labels=True)\n"
+        "print(torch.equal(cache.apply_ln_to_stack(heads, layer=-1), heads), labels[:2])",
+        "True ['L0H0', 'L0H1']",
+    ),
     ("from transformer_lens import utils as tl\nprint(tl.get_act_name('resid_pre', 1))", "blocks.1.hook_resid_pre"),
     ("import transformer_lens\nprint(transformer_lens.utils.get_act_name('z', 0))", "blocks.0.attn.hook_z"),
     ("import transformer_lens.utils as U\nprint(U.get_act_name('pattern', 0))", "blocks.0.attn.hook_pattern"),

@@ -20,7 +20,9 @@ import pytest
 from helpers import cached_instance
 from mechsandbox.arch import (
     HELPERS,
+    ActivationCache,
     EmbedMLP,
+    FactoredMatrix,
     GatedMLP,
     HookedTransformer,
     ModAddMLP,
@@ -180,6 +182,8 @@ def reachable_callables() -> Iterator[tuple[str, Any]]:
     for name, value in Runtime(facades).session_functions().items():  # ``reset_model``
         yield from walk(name, value, True)
     for cls in (HookedTransformer, SubspaceMLP, ToySuperposition, ModAddMLP, GatedMLP, EmbedMLP):  # ``model``
+        yield from walk(f"model.{cls.__name__}", cls, True)
+    for cls in (ActivationCache, FactoredMatrix):  # what run_with_cache, model.OV and model.QK return
         yield from walk(f"model.{cls.__name__}", cls, True)
 
 
