@@ -33,7 +33,8 @@ The sandbox (a notebook: variables persist between your snippets):
   `cache["pattern", layer]`, `model.run_with_hooks(tokens, fwd_hooks=[(name, fn)])` with hook names
   like `blocks.0.attn.hook_z`, `with model.hooks(fwd_hooks=[(name, fn)]):`, `model.reset_hooks()`, weights
   `model.W_Q`, `model.W_O`, `model.cfg`, factored circuits `model.OV` / `model.QK` (`.AB`, `.svd()`,
-  `.eigenvalues`, `[layer, head]`), cache helpers (`decompose_resid`, `stack_head_results`, `logit_attrs`).
+  `.eigenvalues`, `[layer, head]`), cache helpers (`decompose_resid`, `stack_head_results`, `logit_attrs`),
+  strings (`model.to_str_tokens`, `to_string`, `to_tokens`, `tokenizer.decode`: token i is "t{i}").
   `reset_model()` undoes weight edits and hooks (other names are kept). Weights load with
   `requires_grad=False`: call `model.requires_grad_(True)` for weight gradients, or `x.requires_grad_()`
   on an activation inside a hook for attribution patching.

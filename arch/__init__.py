@@ -14,7 +14,7 @@ layer; it depends on neither (torch and numpy only).
 - ``tensors``: the ``model.*`` / ``probe.*`` tensor naming shared by artifacts and sandbox payloads.
 """
 
-from .hooked import ActivationCache, FactoredMatrix, HookedConfig, HookedTransformer, utils
+from .hooked import ActivationCache, FactoredMatrix, HookedConfig, HookedTransformer, Tokenizer, utils
 from .networks import EmbedMLP, GatedMLP, ModAddMLP, SubspaceMLP, ToySuperposition, relu_mlp
 from .registry import (
     ARCHITECTURES,
@@ -40,6 +40,7 @@ __all__ = [
     "HookedTransformer",
     "ModAddMLP",
     "SubspaceMLP",
+    "Tokenizer",
     "ToySuperposition",
     "architecture_of",
     "build",

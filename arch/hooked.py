@@ -201,6 +201,33 @@ def _name_matcher(names: NameFilter) -> Callable[[str], bool]:
     return lambda name: name in wanted
 
 
+class Tokenizer:
+    """A readable vocabulary for the token families: token i is the string ``t{i}``; text is the token strings
+    separated by spaces, so ``decode`` and ``encode`` round-trip. (These models are trained on no language:
+    the names only make tokens printable and typeable, in TransformerLens's string helpers too.)"""
+
+    def __init__(self, d_vocab: int):
+        self.vocab_size = d_vocab
+
+    def convert_ids_to_tokens(self, ids: Any) -> list[str]:
+        return [f"t{int(i)}" for i in torch.as_tensor(ids).flatten().tolist()]
+
+    def decode(self, ids: Any) -> str:
+        return " ".join(self.convert_ids_to_tokens(ids))
+
+    def encode(self, text: str) -> list[int]:
+        ids = []
+        for word in str(text).split():
+            body = word[1:]
+            if not (word.startswith("t") and body.isdigit() and int(body) < self.vocab_size):
+                raise ValueError(f"{word!r} is not a token: tokens are t0 .. t{self.vocab_size - 1}")
+            ids.append(int(body))
+        return ids
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(tokens t0 .. t{self.vocab_size - 1})"
+
+
 class HookedTransformer(nn.Module):
     """An attention-only (or attention + MLP) transformer with TransformerLens names and hooks."""
 
@@ -213,6 +240,7 @@ class HookedTransformer(nn.Module):
         self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
         self.unembed = Unembed(cfg)
+        self.tokenizer = Tokenizer(cfg.d_vocab)
         self.hook_dict: dict[str, HookPoint] = {}
         self.mod_dict: dict[str, nn.Module] = {}
         for name, module in self.named_modules():
@@ -243,6 +271,48 @@ class HookedTransformer(nn.Module):
             loss = nll if loss_per_token else nll.mean()
             return loss if return_type == "loss" else (logits, loss)
         raise ValueError(f"return_type must be 'logits', 'loss', 'both' or None, got {return_type!r}")
+
+    # -- strings (TransformerLens's helpers over the readable vocabulary) -----------------
+    def to_tokens(self, text: str | list[str], prepend_bos: bool = False) -> torch.Tensor:
+        """``"t3 t17 t5"`` -> tensor [[3, 17, 5]] (a list of strings gives one row each, equal lengths). These
+        models have no BOS token, so ``prepend_bos`` is refused rather than silently shifting positions."""
+        if prepend_bos:
+            raise ValueError("these models have no BOS token; pass prepend_bos=False")
+        rows = [text] if isinstance(text, str) else list(text)
+        ids = [self.tokenizer.encode(row) for row in rows]
+        if len({len(r) for r in ids}) > 1:
+            raise ValueError("to_tokens needs strings of equal length (there is no padding token)")
+        return torch.tensor(ids, dtype=torch.long)
+
+    def to_str_tokens(self, tokens: Any, prepend_bos: bool = False) -> list:
+        """Token ids (or a string) -> their strings: a list for one sequence, a list of lists for a batch."""
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens, prepend_bos=prepend_bos)
+        t = torch.as_tensor(tokens)
+        if t.dim() <= 1:
+            return self.tokenizer.convert_ids_to_tokens(t)
+        if t.dim() == 2 and t.shape[0] == 1:
+            return self.tokenizer.convert_ids_to_tokens(t[0])
+        return [self.to_str_tokens(row) for row in t]
+
+    def to_string(self, tokens: Any) -> str | list[str]:
+        """Token ids -> text (one string per row of a batch); ``to_tokens`` reads it back."""
+        t = torch.as_tensor(tokens)
+        return self.tokenizer.decode(t) if t.dim() <= 1 else [self.tokenizer.decode(row) for row in t]
+
+    @torch.no_grad()
+    def generate(self, input: Any, max_new_tokens: int = 4, do_sample: bool = False, **kwargs: Any) -> Any:
+        """Greedy continuation (TransformerLens's ``generate`` without sampling), up to the context length;
+        text in, text out."""
+        if do_sample:
+            raise ValueError("generate samples nothing here: it is greedy (do_sample=False)")
+        as_text = isinstance(input, str)
+        tokens = self.to_tokens(input) if as_text else torch.as_tensor(input)
+        tokens = tokens[None] if tokens.dim() == 1 else tokens
+        for _ in range(max(0, min(int(max_new_tokens), self.cfg.n_ctx - tokens.shape[1]))):
+            nxt = self(tokens)[:, -1].argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, nxt], dim=1)
+        return self.to_string(tokens[0]) if as_text else tokens
 
     # -- hooks ----------------------------------------------------------------------------
     def add_hook(self, name: str | Callable[[str], bool], hook: HookFn, dir: str = "fwd") -> None:

@@ -34,6 +34,18 @@ TRANSFORMER_CASES = [
     ),
     ("print(utils.get_act_name('pattern', 1))", "blocks.1.attn.hook_pattern"),
     ("print(model.OV)", "FactoredMatrix: shape (2, 12, 106, 106), inner dim 16"),
+    ("print(model.to_str_tokens(tokens[0])[:3], len(model.to_str_tokens(tokens[:2])))", "['t"),
+    ("text = model.to_string(tokens[0])\nprint(torch.equal(model.to_tokens(text)[0], tokens[0]), text[:1])", "True t"),
+    (
+        "print(model.tokenizer.decode([3, 17]), model.tokenizer.encode('t3 t17'), model.to_tokens('t1 t2').shape)",
+        "t3 t17 [3, 17] torch.Size([1, 2])",
+    ),
+    (
+        "out = model.generate(tokens[0, :6], max_new_tokens=3)\n"
+        "print(out.shape, torch.equal(out[0, :6], tokens[0, :6]))",
+        "torch.Size([1, 9]) True",
+    ),
+    ("print(len(model.generate('t1 t2 t3', max_new_tokens=2).split()))", "5"),
     (  # attribution patching: gradients on an activation, the weights left frozen
         "saved = {}\ndef keep(z, hook):\n    z.requires_grad_(True)\n    saved['z'] = z\n    return z\n"
         "out = model.run_with_hooks(tokens[:4], fwd_hooks=[('blocks.0.attn.hook_z', keep)])\n"

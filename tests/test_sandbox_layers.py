@@ -27,6 +27,7 @@ from mechsandbox.arch import (
     HookedTransformer,
     ModAddMLP,
     SubspaceMLP,
+    Tokenizer,
     ToySuperposition,
     helper_namespace,
 )
@@ -183,7 +184,7 @@ def reachable_callables() -> Iterator[tuple[str, Any]]:
         yield from walk(name, value, True)
     for cls in (HookedTransformer, SubspaceMLP, ToySuperposition, ModAddMLP, GatedMLP, EmbedMLP):  # ``model``
         yield from walk(f"model.{cls.__name__}", cls, True)
-    for cls in (ActivationCache, FactoredMatrix):  # what run_with_cache, model.OV and model.QK return
+    for cls in (ActivationCache, FactoredMatrix, Tokenizer):  # run_with_cache, model.OV / QK, model.tokenizer
         yield from walk(f"model.{cls.__name__}", cls, True)
 
 
