@@ -341,11 +341,11 @@ class HookedTransformer(nn.Module):
         at its end (``reset_hooks_end``) the hooks it added are removed, those added before it stay.
         ``clear_contexts`` is accepted for TransformerLens's signature (this model keeps no hook contexts)."""
         marks = self._hook_marks()
-        for name, fn in fwd_hooks:
-            self.add_hook(name, fn, dir="fwd")
-        for name, fn in bwd_hooks:
-            self.add_hook(name, fn, dir="bwd")
-        try:
+        try:  # a bad name further down the list must not leave the hooks before it on the model
+            for name, fn in fwd_hooks:
+                self.add_hook(name, fn, dir="fwd")
+            for name, fn in bwd_hooks:
+                self.add_hook(name, fn, dir="bwd")
             yield self
         finally:
             if reset_hooks_end:

@@ -395,6 +395,31 @@ def test_solution_from_rejects_abuse(session, setup: str, name: str, pattern: st
     assert value is None and error and pattern in error, error
 
 
+@pytest.mark.parametrize(
+    "body",
+    ["print('x' * 200000)", "raise KeyboardInterrupt()", "raise SystemExit(0)", "while True:\n            pass"],
+)
+def test_an_exception_whose_message_runs_hostile_code_is_one_line(session, body: str) -> None:
+    """str(exc) can run snippet code (nn.Module.__repr__ calls the public extra_repr): whatever it does, the
+    step ends with a one-line error and the namespace survives."""
+    session.run("kept_before = 1")
+    code = f"class M(nn.Module):\n    def extra_repr(self):\n        {body}\n        return 'm'\nraise ValueError(M())"
+    result = session.run(code)
+    assert result.error and "ValueError" in result.error and "\n" not in result.error.strip(), result.error
+    assert not result.namespace_reset
+    assert session.run("print(kept_before)").stdout == "1\n"
+
+
+def test_a_failing_hooks_block_leaves_no_hooks(session) -> None:
+    code = (
+        "hits = []\ngood = ('hook_embed', lambda x, hook: hits.append(1))\ntry:\n"
+        "    with model.hooks(fwd_hooks=[good, ('nope', print)]):\n        pass\nexcept KeyError:\n    pass\n"
+        "model(tokens[:1])\nprint(hits)"
+    )
+    result = session.run(code)
+    assert result.error is None and result.stdout == "[]\n", (result.stdout, result.error)
+
+
 def test_solution_from_converts_exact_values(session) -> None:
     session.run("answer = [[0, 1], (1, 2)]\nbasis = torch.eye(2)\narr = np.arange(3)")
     assert session.solution_from("answer") == ([[0, 1], [1, 2]], None)

@@ -458,7 +458,8 @@ def make_import(facades: dict[str, Facade]) -> Any:
             raise ImportError("relative imports are not available in the sandbox")
         if type(name) is not str or name not in facades:
             top = name.split(".")[0] if type(name) is str else name
-            raise ImportError(f"module {top!r} is not available in the sandbox; importable: {importable}")
+            missing = name if top in facades else top  # "einops.layers", not "einops", when einops is importable
+            raise ImportError(f"module {missing!r} is not available in the sandbox; importable: {importable}")
         if fromlist:
             return facades[name]
         return facades[name.split(".")[0]]

@@ -54,7 +54,9 @@ def format_error(exc: BaseException, cap: int) -> str:
     where = " <- ".join(f"line {ln}" for ln in reversed(lines[-4:]))
     try:
         message = str(exc)
-    except Exception:  # a snippet exception whose __str__ fails
+    except BaseException:
+        # __str__ may run snippet code (a module's extra_repr): its failure, its OutputLimit, the soft timer still
+        # armed around it, KeyboardInterrupt: a message, never a dead worker
         message = "<unprintable message>"
     refused = getattr(exc, "name", None) if type(exc) is NameError else None
     if type(refused) is str and refused in REFUSED_BUILTINS:
