@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..arch.guide import namespace_guide
 from ..jsonvalue import AnswerError, check_json_value
 from ..protocol import ACTION_FIELDS, FLOOR, clamp
 from ..tasks import Family, Instance
@@ -104,7 +105,7 @@ class Episode:
             "reward": None,
             "stdout_or_error": "",
             "error": None,
-            "prompt": self.instance.prompt,
+            "prompt": f"{self.instance.prompt}\n\n{namespace_guide(self.instance.model)}",
             "answer_schema": self.instance.answer_schema,
             "answer_example": self.family.answer_example,
             "family_version": self.family.family_version,

@@ -55,6 +55,16 @@ def test_empty_reset_gives_the_default_task(http) -> None:
         assert re.fullmatch(r"[A-Za-z0-9_-]{22}", data["episode_id"])  # 128 bits, urlsafe
 
 
+def test_every_prompt_ends_with_the_namespace_guide(http) -> None:
+    """An agent that never saw MechSandbox learns the namespace from the prompt: every task's prompt ends with
+    the common lines (reset_model, imports), a transformer task's with the TransformerLens lines too."""
+    mlp = reset(http, task_id="dead-neurons", seed=3)["observation"]["prompt"]
+    transformer = reset(http, task_id="induction-circuit", seed=3)["observation"]["prompt"]
+    for prompt in (mlp, transformer):
+        assert "reset_model()" in prompt and "einops" in prompt and prompt.index("reset_model()") > len(prompt) // 2
+    assert "model.OV" in transformer and "model.OV" not in mlp
+
+
 def test_http_episode_is_stateful(http) -> None:
     data = reset(http, task_id="task1", seed=11, task_level="medium", episode_id="client-chosen")
     eid = data["episode_id"]
