@@ -439,6 +439,18 @@ class HookedTransformer(nn.Module):
         return FactoredMatrix(self.W_Q, self.W_K.transpose(-2, -1))
 
 
+def eigvals_checked(A: torch.Tensor, *, out: Any = None) -> torch.Tensor:
+    """``torch.linalg.eigvals`` that refuses NaN and inf: torch 2.13's CPU build hands them to MKL's xGEBAL, which
+    segfaults (float32) or corrupts the heap (float64) instead of raising, as ``torch.linalg.eig`` does. The
+    sandbox's ``torch.linalg.eigvals`` and ``FactoredMatrix.eigenvalues`` both go through here."""
+    if out is not None:
+        raise ValueError("eigvals(out=...) is not available in the sandbox; use the returned tensor")
+    a = torch.as_tensor(A)
+    if not bool(torch.isfinite(a).all()):
+        raise ValueError("eigvals: the matrix has NaN or inf entries")
+    return torch.linalg.eigvals(a)
+
+
 class FactoredMatrix:
     """A product A @ B kept as its factors (TransformerLens's ``FactoredMatrix``, the part interpretability
     code uses): ``.AB``, ``.BA``, ``.T``, ``.svd()`` (U, S, Vh with U @ diag(S) @ Vh^T == AB, TransformerLens's
@@ -497,7 +509,7 @@ class FactoredMatrix:
     @property
     def eigenvalues(self) -> torch.Tensor:
         """The eigenvalues of AB that can be non-zero: those of BA (complex in general)."""
-        return torch.linalg.eigvals(self.BA)
+        return eigvals_checked(self.BA)  # BA may overflow to inf even when A and B are finite
 
     def norm(self) -> torch.Tensor:
         """The Frobenius norm of AB (from the singular values)."""

@@ -410,6 +410,22 @@ def test_an_exception_whose_message_runs_hostile_code_is_one_line(session, body:
     assert session.run("print(kept_before)").stdout == "1\n"
 
 
+@pytest.mark.parametrize(
+    "code",
+    [
+        "torch.linalg.eigvals(torch.full((24, 24), float('nan')))",
+        "torch.linalg.eigvals(torch.full((24, 24), float('inf')).double())",
+        "(torch.full((model.cfg.d_model, model.cfg.d_model), 3e38) @ model.OV[0, 0]).eigenvalues",
+    ],
+)
+def test_eigvals_of_non_finite_matrices_is_an_error_not_a_crash(session, code: str) -> None:
+    """MKL's xGEBAL segfaults or corrupts the heap on NaN/inf where torch.linalg.eig raises (torch 2.13, CPU)."""
+    session.run("kept_before_eig = 1")
+    result = session.run(code)
+    assert result.error and "NaN or inf" in result.error and not result.namespace_reset, result.error
+    assert session.run("print(kept_before_eig)").stdout == "1\n"
+
+
 def test_a_failing_hooks_block_leaves_no_hooks(session) -> None:
     code = (
         "hits = []\ngood = ('hook_embed', lambda x, hook: hits.append(1))\ntry:\n"

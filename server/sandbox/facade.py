@@ -45,6 +45,7 @@ import torch.special
 from torch import nn
 
 from ...arch import utils
+from ...arch.hooked import eigvals_checked
 
 #: Members refused on purpose, with the reason shown to the agent.
 REFUSED_REASONS: dict[str, str] = {}
@@ -320,7 +321,8 @@ def build_torch() -> dict[str, Facade]:
     functional = Facade("torch.nn.functional", _pick(torch.nn.functional, _NN_FUNCTIONAL))
     init = Facade("torch.nn.init", _pick(torch.nn.init, _NN_INIT))
     nn_facade = Facade("torch.nn", {**_pick(nn, _NN_LAYERS), "functional": functional, "init": init})
-    linalg = Facade("torch.linalg", _pick(torch.linalg, [n for n in _module_all(torch.linalg) if n != "common_notes"]))
+    linalg_members = _pick(torch.linalg, [n for n in _module_all(torch.linalg) if n != "common_notes"])
+    linalg = Facade("torch.linalg", {**linalg_members, "eigvals": eigvals_checked})  # MKL crashes on NaN/inf
     fft = Facade("torch.fft", _pick(torch.fft, [n for n in torch.fft.__all__ if n != "Tensor"]))
     special = Facade("torch.special", _pick(torch.special, torch.special.__all__))
     autograd_functional = Facade("torch.autograd.functional", _pick(torch.autograd.functional, _AUTOGRAD_FUNCTIONAL))
