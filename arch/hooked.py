@@ -9,7 +9,6 @@ The models here have no LayerNorm, so every ``apply_ln`` option is the identity.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
@@ -201,6 +200,37 @@ def _name_matcher(names: NameFilter) -> Callable[[str], bool]:
     return lambda name: name in wanted
 
 
+class HookContext:
+    """What ``model.hooks(...)`` returns: a context manager with nothing public (a generator-based one would hand a
+    snippet the generator and the unwrapped function). Hooks are added on entry; a bad name removes the ones
+    added before it."""
+
+    __slots__ = ("_bwd", "_fwd", "_marks", "_model", "_reset")
+
+    def __init__(self, model: HookedTransformer, fwd: list, bwd: list, reset: bool):
+        self._model, self._fwd, self._bwd, self._reset = model, fwd, bwd, reset
+        self._marks: list = []
+
+    def __enter__(self) -> HookedTransformer:
+        self._marks = self._model._hook_marks()
+        try:
+            for name, fn in self._fwd:
+                self._model.add_hook(name, fn, dir="fwd")
+            for name, fn in self._bwd:
+                self._model.add_hook(name, fn, dir="bwd")
+        except BaseException:
+            self._model._remove_hooks_since(self._marks)
+            raise
+        return self._model
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._reset:
+            self._model._remove_hooks_since(self._marks)
+
+    def __repr__(self) -> str:
+        return "<hook context>"
+
+
 class Tokenizer:
     """A readable vocabulary for the token families: token i is the string ``t{i}``; text is the token strings
     separated by spaces, so ``decode`` and ``encode`` round-trip. (These models are trained on no language:
@@ -329,27 +359,17 @@ class HookedTransformer(nn.Module):
         for point in self.hook_dict.values():
             point.remove_hooks()
 
-    @contextlib.contextmanager
     def hooks(
         self,
         fwd_hooks: Sequence[tuple] = (),
         bwd_hooks: Sequence[tuple] = (),
         reset_hooks_end: bool = True,
         clear_contexts: bool = False,
-    ) -> Iterator[HookedTransformer]:
+    ) -> HookContext:
         """TransformerLens's ``with model.hooks(fwd_hooks=[(name, fn)]):``: the hooks are on inside the block;
         at its end (``reset_hooks_end``) the hooks it added are removed, those added before it stay.
         ``clear_contexts`` is accepted for TransformerLens's signature (this model keeps no hook contexts)."""
-        marks = self._hook_marks()
-        try:  # a bad name further down the list must not leave the hooks before it on the model
-            for name, fn in fwd_hooks:
-                self.add_hook(name, fn, dir="fwd")
-            for name, fn in bwd_hooks:
-                self.add_hook(name, fn, dir="bwd")
-            yield self
-        finally:
-            if reset_hooks_end:
-                self._remove_hooks_since(marks)
+        return HookContext(self, list(fwd_hooks), list(bwd_hooks), reset_hooks_end)
 
     def _hook_marks(self) -> list[tuple[HookPoint, int]]:
         return [(point, len(point._handles)) for point in self.hook_dict.values()]
