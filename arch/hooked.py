@@ -446,7 +446,6 @@ class HookedTransformer(nn.Module):
     b_in = property(lambda self: torch.stack([b.mlp.b_in for b in self.blocks]))
     b_out = property(lambda self: torch.stack([b.mlp.b_out for b in self.blocks]))
 
-
     # -- factored circuits (TransformerLens: model.OV, model.QK) ----------------------------
     @property
     def OV(self) -> FactoredMatrix:
@@ -747,7 +746,6 @@ class ActivationCache:
             stack = torch.cat([stack, (final - stack.sum(0))[None]])
             labels.append("remainder")
         return (stack, labels) if return_labels else stack
-
 
     def apply_ln_to_stack(
         self,

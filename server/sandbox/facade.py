@@ -435,7 +435,7 @@ def build_field_libraries() -> dict[str, Facade]:
     string patterns name axes, never attributes; a reduction is one of einops's own names or a callable) and
     ``transformer_lens`` with ``utils``, the sandbox's TransformerLens subset (``from transformer_lens import
     utils``; there is no ``HookedTransformer`` to load: the task's model is ``model``)."""
-    tl_utils = Facade("transformer_lens.utils", {"get_act_name": utils.get_act_name, "to_numpy": utils.to_numpy})
+    tl_utils = Facade("transformer_lens.utils", {n: getattr(utils, n) for n in dir(utils) if not n.startswith("_")})
     return {
         "einops": Facade("einops", _pick(einops, _words("rearrange reduce repeat einsum pack unpack parse_shape"))),
         "transformer_lens": Facade("transformer_lens", {"utils": tl_utils}),
