@@ -1,5 +1,5 @@
-"""The ``mechsandbox`` command: ``serve``, ``tasks [--json]``, ``gen-art [--check]``, ``settings [--markdown]``,
-``eval`` and ``leaderboard``."""
+"""The ``mechsandbox`` command: ``serve``, ``tasks [--json|--markdown]``, ``gen-art [--check]``,
+``settings [--markdown]``, ``eval`` and ``leaderboard``."""
 
 from __future__ import annotations
 
@@ -16,11 +16,25 @@ def _tasks(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(cards, indent=1))
         return 0
+    if args.markdown:
+        print(tasks_markdown(cards))
+        return 0
     print(f"{'id':24} {'alias':6} {'difficulty':10} {'version':7} max_steps (easy/medium/hard)")
     for c in cards:
         steps = "/".join(str(c["max_steps"][lvl]) for lvl in c["levels"])
         print(f"{c['id']:24} {c['aliases'][0]:6} {c['difficulty']:10} {c['family_version']:7} {steps}")
     return 0
+
+
+def tasks_markdown(cards: list[dict]) -> str:
+    """The README's family table (between ``<!-- tasks:start -->`` and ``<!-- tasks:end -->``), from the cards."""
+    lines = ["| id (alias) | difficulty | what the agent must find | answer | max steps (e/m/h) | version |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for c in cards:
+        steps = "/".join(str(c["max_steps"][lvl]) for lvl in c["levels"])
+        lines.append(f"| `{c['id']}` (`{c['aliases'][0]}`) | {c['difficulty']} | {c['description']} | "
+                     f"{c['answer_format']} | {steps} | {c['family_version']} |")  # fmt: skip
+    return "\n".join(lines)
 
 
 def _gen_art(args: argparse.Namespace) -> int:
@@ -100,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("tasks", help="list the task families")
     p.add_argument("--json", action="store_true", help="print a JSON list, one object per family")
+    p.add_argument("--markdown", action="store_true", help="print the README's table")
     p.set_defaults(fn=_tasks)
     p = sub.add_parser("gen-art", help="write (or --check) the canonical artifacts")
     p.add_argument("--check", action="store_true", help="regenerate in memory and compare with the manifest")

@@ -47,6 +47,13 @@ class Instance:
         architecture's helper objects (TransformerLens' ``utils`` subset for the hooked transformers)."""
         return {"model": self.model, **self.probe, **helper_namespace(helpers_for(self.model))}
 
+    def to_transformer_lens(self, device: str = "cpu") -> Any:
+        """The model as a real TransformerLens ``HookedTransformer`` (optional extra ``[tl]``), for notebook work
+        outside the sandbox: the public weights only, never the truth (``arch/tl_export.py``)."""
+        from ..arch.tl_export import to_transformer_lens
+
+        return to_transformer_lens(self.model, device=device)
+
 
 @dataclass(frozen=True)
 class Family:

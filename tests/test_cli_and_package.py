@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pkgutil
+import re
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,15 @@ def test_tasks_table_and_command_usage() -> None:
     assert evaluate.returncode == 2 and "required: --agent, --out" in evaluate.stderr
     serve = subprocess.run([*CLI, "serve", "--help"], capture_output=True, text=True)
     assert serve.returncode == 0 and "--port" in serve.stdout
+
+
+def test_the_readme_family_table_is_the_generated_one() -> None:
+    """Versions, step budgets and descriptions in the README come from the families (they had drifted by hand)."""
+    readme = (ROOT / "README.md").read_text()
+    found = re.search(r"<!-- tasks:start [^\n]*-->\n(.*?)<!-- tasks:end -->", readme, re.S)
+    assert found, "README.md lacks the <!-- tasks:start --> / <!-- tasks:end --> markers"
+    table = subprocess.run([*CLI, "tasks", "--markdown"], capture_output=True, text=True, check=True).stdout
+    assert found.group(1) == table, "README.md's family table is stale: paste `mechsandbox tasks --markdown`"
 
 
 def test_committed_artifacts_match_regeneration() -> None:
