@@ -262,6 +262,19 @@ def copy_tokens(
     p.ov(layer, head, pairs)
 
 
+def copy_map(p: Planter, layer: int, head: int) -> dict[int, tuple[int, float]]:
+    """A head's planted copy map (``Planter.ov`` pairs), read back: source residual dim -> (destination dim, gain).
+    Used to plant a later head that composes with this one (its keys read exactly what this one writes)."""
+    wv, wo = p.W_V[layer, head], p.W_O[layer, head]
+    out = {}
+    for e in range(wv.shape[1]):
+        src = np.flatnonzero(wv[:, e])
+        if len(src) == 1:
+            dst = int(np.abs(wo[e]).argmax())
+            out[int(src[0])] = (dst, float(wo[e, dst]))
+    return out
+
+
 def attend_same_token(p: Planter, layer: int, head: int, vocab: list[int], strength: float) -> None:
     """Duplicate-token job: attend to earlier (and the current) occurrences of the current token."""
     p.qk(layer, head, [(p.lay.idx("tok", t), p.lay.idx("tok", t), strength) for t in vocab])

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import cached_instance
+from mechsandbox.evaluation.shortcuts import composition_scores
 from mechsandbox.tasks import LEVELS
 from mechsandbox.tasks.bilinear import fit_r2
-from mechsandbox.tasks.circuits import ablate_heads
+from mechsandbox.tasks.circuits import ablate_heads, single_head_ablations
 from mechsandbox.tasks.committee_circuit.generator import committee_effects
 from mechsandbox.tasks.fourier_frequencies.generator import freq_power
-from mechsandbox.tasks.induction_circuit.generator import HALF, induction_margin
+from mechsandbox.tasks.induction_circuit.generator import HALF, MIN_MARGIN, READERS, WRITERS, induction_margin
 
 SEEDS = range(12)
 
@@ -127,9 +128,13 @@ def test_induction_circuit(level: str) -> None:
         prev = (0, int(roles["previous-token"].split("H")[1]))
         ind = (1, int(roles["induction"].split("H")[1]))
         clean = induction_margin(model, tokens)
-        assert 2.0 <= clean <= 15.0
-        for head in (prev, ind):
-            assert clean - induction_margin(model, tokens, ablate_heads(model, tokens, [head])) >= 0.5 * clean
+        assert MIN_MARGIN[level] <= clean <= 15.0
+        after = single_head_ablations(model, tokens, lambda lg, m=model, t=tokens: induction_margin(m, t, lg))
+        drops = {h: clean - v for h, v in after.items()}
+        low = min(drops[prev], drops[ind])
+        assert low >= 0.5 * clean
+        assert all(abs(d) <= 0.25 * low for h, d in drops.items() if h not in (prev, ind)), (seed, drops)
+        _decoys_of_version_4(model, prev, ind, level)
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens)
         n = tokens.shape[1]
@@ -162,6 +167,21 @@ def test_induction_circuit(level: str) -> None:
                 prof = torch.linalg.svdvals(a @ b.transpose(-1, -2))[:, : model.cfg.d_head]
                 spread = float((prof.max(0).values - prof.min(0).values).max() / prof.max())
                 assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
+
+
+def _decoys_of_version_4(model, prev: tuple[int, int], ind: tuple[int, int], level: str) -> None:
+    """Version 4's decoys are there in the weights: WRITERS[level] other layer-1 heads write into what the
+    unembedding reads as strongly as the induction head (W_E W_V W_O W_U, one gain), and every layer-0 head's write
+    is read by the keys of READERS layer-1 heads, with composition norms like the previous-token -> induction one."""
+    with torch.no_grad():
+        w_e, w_u = model.W_E.double(), model.W_U.double()
+        ov = model.W_V[1].double() @ model.W_O[1].double()
+        fro = (w_e @ ov @ w_u).norm(dim=(-2, -1))
+        assert int((fro >= 0.9 * fro[ind[1]]).sum()) == 1 + WRITERS[level], fro
+        kc = composition_scores(*(w.double() for w in (model.W_Q, model.W_K, model.W_V, model.W_O)))["k"][0, :, 1, :]
+        planted = float(kc[prev[1], ind[1]])
+        readers = (kc >= 0.5 * planted).sum(dim=1)  # per layer-0 head: the layer-1 heads whose keys read its write
+        assert bool((readers >= READERS).all()), (readers, planted)
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -25,9 +25,6 @@ N_SEEDS = 40
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
-    ("induction-circuit", "composed"): "only the induction head writes what the unembedding reads (W_E OV W_U, "
-    "OV W_U) and only the previous-token head's OV feeds a K input; copy-head v2's decoy writers (tasks/decoys.py) "
-    "are the known fix",
     ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
     "separates mark-attending members from non-members at easy (0.31 over 40 seeds); the decoy non-members need "
     "the members' attention strengths",

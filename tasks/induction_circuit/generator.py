@@ -19,6 +19,7 @@ from ..circuits import (
     Layout,
     Planter,
     attend_offset,
+    copy_map,
     copy_tokens,
     distractor_job,
     hooked_instance,
@@ -33,12 +34,18 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "3"
+VERSION = "4"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
 LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.02)}  # vocab, heads/layer, noise
 N_FLAGS = 3
+READERS = 2  # layer-1 heads whose keys read each layer-0 head's write (the induction head is one of the two)
+# layer-1 out-writers per level: hard's weight noise, carried to the logits through their gains, costs about 0.5 of
+# the margin per writer, so hard has fewer
+WRITERS = {"easy": 3, "medium": 3, "hard": 2}
+# the clean induction margin an instance needs (version 4: hard's noise through the out-writers costs margin)
+MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}
 QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
 
 
@@ -63,6 +70,26 @@ def _probe(s: Stream, vocab: int) -> torch.Tensor:
         first = s.sample(vocab, HALF)
         rows.append(first + first)
     return torch.tensor(rows)
+
+
+def _plant_out_writer(p: Planter, s: Stream, head: int, toks: list[int], gain: float) -> None:
+    """A layer-1 decoy that copies the full vocabulary into ``out`` at the induction head's gain while attending
+    uniformly to the first half (a constant query against each first-half position): on the probe's repeated
+    sequences it raises the eight tokens of the sequence alike. Its QK is rank 1 with singular value
+    st * sqrt(HALF), kept under the layer's spectral bound (QK_MAX); st near 3 still puts about 97% of the
+    attention on the first half."""
+    st = s.fraction(2.6, 3.0)
+    p.qk(1, head, [(p.lay.idx("const"), p.lay.idx("pos", j), st) for j in range(HALF)])
+    copy_tokens(p, 1, head, toks, "out", gain)
+
+
+def _plant_key_reader(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
+    """A layer-1 decoy whose keys read what a layer-0 head writes (``write``: token dim -> (written dim, gain), the
+    query reading the same token, as the induction head's does) and which copies the vocabulary into scratch."""
+    base = s.fraction(6.0, 7.0)
+    p.qk(1, head, [(src, dst, base / gain) for src, (dst, gain) in sorted(write.items())])
+    toks = list(range(p.cfg.d_vocab))
+    copy_tokens(p, 1, head, toks, "scr", s.fraction(0.9, 3.5), s.sample(p.lay.dim("scr"), len(toks)))
 
 
 def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = None) -> float:
@@ -96,24 +123,21 @@ def generate(seed: int, level: str) -> Instance:
         copy_tokens(p, 0, prev_head, toks, "prev", prev_gain)
         strength = s.fraction(6.0, 7.0) / prev_gain
         p.qk(1, ind_head, [(lay.idx("tok", t), lay.idx("prev", t), strength) for t in toks])
-        copy_tokens(p, 1, ind_head, toks, "out", s.fraction(2.5, 3.5))
-        for layer in range(N_LAYERS):
-            for head in range(n_heads):
-                if (layer, head) in ((0, prev_head), (1, ind_head)):
-                    continue
-                distractor_job(
-                    p,
-                    s,
-                    layer,
-                    head,
-                    toks,
-                    flags,
-                    (0.9, 3.5),
-                    (4.0, 9.0),
-                    offsets=(0, 1, 2, 3),
-                    n_tokens=(vocab, vocab),
-                    duplicate=True,
-                )
+        out_gain = s.fraction(2.5, 3.5)  # one draw for every out-writer: acceptance cannot select one gain over another
+        copy_tokens(p, 1, ind_head, toks, "out", out_gain)
+        for head in range(1, n_heads):
+            distractor_job(p, s, 0, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
+                           n_tokens=(vocab, vocab), duplicate=True)  # fmt: skip
+        layer1 = iter(range(1, n_heads))
+        for head in [next(layer1) for _ in range(WRITERS[level])]:
+            _plant_out_writer(p, s, head, toks, out_gain)
+        for head in [next(layer1) for _ in range(READERS - 1)]:  # the induction head is the first such reader
+            _plant_key_reader(p, s, head, {lay.idx("tok", t): (lay.idx("prev", t), prev_gain) for t in toks})
+        for head, writer in zip([next(layer1) for _ in range(READERS)], s.sample(n_heads - 1, READERS), strict=True):
+            _plant_key_reader(p, s, head, copy_map(p, 0, 1 + writer))
+        for head in layer1:
+            distractor_job(p, s, 1, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
+                           n_tokens=(vocab, vocab), duplicate=True)  # fmt: skip
         for layer in range(N_LAYERS):  # every head of a layer: the same QK and the same OV spectrum
             for head in range(n_heads):
                 pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad")
@@ -121,13 +145,13 @@ def generate(seed: int, level: str) -> Instance:
         model = p.build(s, noise)
         tokens = _probe(s, vocab)
         clean = induction_margin(model, tokens)
-        if clean < 2.0:  # rejected whatever the ablations say (they draw nothing): skip them
+        if clean < MIN_MARGIN[level]:  # rejected whatever the ablations say (they draw nothing): skip them
             continue
         after = single_head_ablations(model, tokens, lambda lg, m=model, t=tokens: induction_margin(m, t, lg))
         drops = {head: clean - value for head, value in after.items()}
         low = min(drops[(0, prev_head)], drops[(1, ind_head)])
         rest = max(abs(v) for k, v in drops.items() if k not in ((0, prev_head), (1, ind_head)))
-        if clean >= 2.0 and low >= 0.5 * clean and rest <= 0.2 * low:
+        if low >= 0.5 * clean and rest <= 0.25 * low:
             break
     new_of = permute_heads(model, s)
     prev_head, ind_head = new_of[0][prev_head], new_of[1][ind_head]
