@@ -10,8 +10,9 @@ This module runs those strategies, by class, against any family whose answer kin
   effective and numerical ranks, kurtosis and max-abs of entries, biases), ranked both ways, told the answer
   size (over all components, and per layer told each layer's count);
 - ``composed``: the same for products along residual paths (full QK and OV circuits through the embedding and
-  unembedding, head-to-head composition norms, MLP products), and, for subspace answers, the top singular
-  vectors of every product of the weight matrices;
+  unembedding, the QK cross terms between tokens and positions, head-to-head composition norms and their
+  token-aligned traces with partner counts, MLP products), and, for subspace answers, the top singular vectors of
+  every product of the weight matrices;
 - ``classifier``: a logistic (softmax for roles) regression and a nearest-centroid rule on all those features,
   fitted on half the seeds and scored on the other half, both ways;
 - ``prior``: the best constant answer, and the best answer built from the probe data's layout (positions by
@@ -147,6 +148,7 @@ def head_components(inst: Instance) -> Components:
         qk = torch.einsum("lhde,lhfe->lhdf", wq, wk)
         ov = torch.einsum("lhde,lhef->lhdf", wv, wo)
         comp_scores = composition_scores(wq, wk, wv, wo)
+        comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
         keys, groups, rows = [], [], []
         for lay in range(cfg.n_layers):
             for h in range(cfg.n_heads):
@@ -160,6 +162,9 @@ def head_components(inst: Instance) -> Components:
                 comp = {  # (matrix, its thin factors)
                     "composed:qk_tok": (we @ qk[lay, h] @ we.T, (we @ q, we @ k)),
                     "composed:qk_pos": (wpos @ qk[lay, h] @ wpos.T, (wpos @ q, wpos @ k)),
+                    # the cross terms: token queries against positional keys and the reverse
+                    "composed:qk_tok_pos": (we @ qk[lay, h] @ wpos.T, (we @ q, wpos @ k)),
+                    "composed:qk_pos_tok": (wpos @ qk[lay, h] @ we.T, (wpos @ q, we @ k)),
                     "composed:ov_full": (we @ ov[lay, h] @ wu, (we @ v, wu.T @ o.T)),
                     "composed:ov_unembed": (ov[lay, h] @ wu, (v, wu.T @ o.T)),
                 }
@@ -195,14 +200,46 @@ def composition_scores(
     return out
 
 
+def same_token_composition(
+    we: torch.Tensor, wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Aligned composition through the embedding, per (source head, later destination head): how much the
+    destination's query (kind ``qtok``) or key (``ktok``) matches, token by token, what the source writes about
+    each token: trace(W_E QK_t OV_s^T W_E^T) for keys, trace(W_E OV_s QK_t W_E^T) for queries, over the largest
+    such value in the model (a Frobenius normalisation drowns the aligned part in the heads' padding and scratch
+    terms). Why beside the norms of :func:`composition_scores`: a norm ties a head whose
+    key reads exactly what a previous-token head writes with heads that read a scratch space many heads share; the
+    trace keeps only the token-aligned part (issue 16's red team found the induction circuit this way)."""
+    n_layers, n_heads = wq.shape[:2]
+    gram = we.T @ we  # [d, d]
+    # key alignment: trace(W_E Q_t K_t^T O_s^T V_s^T W_E^T) = trace(M1 M2^T) = sum(M1 * M2), M1 = V_s^T G Q_t,
+    # M2 = O_s K_t (both [dh_s, dh_t])
+    m1 = torch.einsum("abdx,de,cfey->abcfxy", wv, gram, wq)  # [L, H, L, H, dh, dh]
+    m2 = torch.einsum("abxd,cfdy->abcfxy", wo, wk)
+    ktok = (m1 * m2).sum((-2, -1))
+    # query alignment: trace(W_E V_s O_s Q_t K_t^T W_E^T) = sum(N1 * N2^T), N1 = O_s Q_t, N2 = K_t^T G V_s
+    n1 = torch.einsum("abxd,cfdy->abcfxy", wo, wq)
+    n2 = torch.einsum("cfdy,de,abex->abcfyx", wk, gram, wv)
+    qtok = (n1 * n2.transpose(-1, -2)).sum((-2, -1))
+    layer = torch.arange(n_layers)
+    earlier = (layer[:, None, None, None] < layer[None, None, :, None]).double()
+    mask = earlier.expand(n_layers, n_heads, n_layers, n_heads)
+    ktok, qtok = ktok * mask, qtok * mask
+    return {"ktok": ktok / ktok.abs().max().clamp_min(1e-30), "qtok": qtok / qtok.abs().max().clamp_min(1e-30)}
+
+
 def _composition(scores: dict[str, torch.Tensor], lay: int, h: int) -> dict[str, float]:
-    """Per head: the max and mean composition with earlier heads (``in``) and with later heads (``out``)."""
+    """Per head: the max and mean composition with earlier heads (``in``) and with later heads (``out``), and how
+    many partners reach half the largest value of the model (so a head read by two later heads shows it)."""
     out: dict[str, float] = {}
     for kind, sc in scores.items():
+        top = float(sc.abs().max()) if sc.numel() else 0.0
         for direction, vals in (("in", sc[:lay, :, lay, h]), ("out", sc[lay, h, lay + 1 :])):
             vals = vals.flatten()
             out[f"composed:{kind}comp_{direction}.max"] = float(vals.max()) if vals.numel() else 0.0
             out[f"composed:{kind}comp_{direction}.mean"] = float(vals.mean()) if vals.numel() else 0.0
+            out[f"composed:{kind}comp_{direction}.sum"] = float(vals.sum()) if vals.numel() else 0.0
+            out[f"composed:{kind}comp_{direction}.count"] = float((vals >= 0.5 * top).sum()) if top > 0 else 0.0
     return out
 
 

@@ -25,9 +25,14 @@ N_SEEDS = 40
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
+    ("induction-circuit", "composed"): "token-aligned K-composition (trace of W_E QK_t OV_s^T W_E^T) counts two "
+    "readers for the previous-token head and one for each scratch writer a decoy reads (0.42-0.43 per layer); and "
+    "the out-writers' QK reads positions (W_E QK W_pos^T), the induction head's does not (issue 16 red team: the two "
+    "together score 0.99 without a forward pass). Decoys need a reader count per layer-0 head that names none, and "
+    "writers whose keys read a layer-0 write",
     ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
-    "separates mark-attending members from non-members at easy (0.31 over 40 seeds); the decoy non-members need "
-    "the members' attention strengths",
+    "separates mark-attending members from non-members (0.31 over 40 seeds); with the token-aligned composition and "
+    "the QK cross terms 0.32 / 0.38 / 0.37; the decoy non-members need the members' attention strengths",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset); closing it needs roles whose attention is not a function of "
     "position alone",

@@ -7,6 +7,25 @@ attends to the position after the earlier occurrence and copies that token to th
 Distractors in both layers have confusable jobs: another previous-token head and a duplicate-token
 head in either layer, fixed-offset, self and attend-to-first heads, all writing to scratch space
 with the same full-vocabulary copy maps as the planted heads.
+
+Version 4 adds decoys for the composed readings of the weights (issue 16: only the induction head wrote what the
+unembedding reads, and only the previous-token head's write was read by a later key, so ``W_V W_O W_U`` named one
+and the K-composition norm the other):
+
+- out-writers: layer-1 heads that copy the full vocabulary into ``out`` at the induction head's gain, attending
+  uniformly to the first half of the sequence (a constant query against the first half's positions). On a
+  repeated sequence that adds the same logit to the eight tokens of the sequence, the target among them, so the
+  margin barely moves.
+- key readers: the previous-token head's write is read by the induction head and by an induction-like decoy that
+  writes into scratch; two scratch writers' maps are read by other layer-1 keys (the scratch writers share those
+  slots, so these read them all). Composition *norms* (Elhage et al.) then tie the previous-token head with the
+  scratch writers and the induction head with the decoy readers.
+
+This closes every single composed reading of the version-3 audit (composed 0.47 -> 0.20-0.24), but not the
+class: a red team read the circuit from the weights alone (0.99) by the token-aligned K-composition (the
+previous-token head has two aligned readers, each decoy-read scratch writer one) and by the out-writers' positional
+keys (W_E QK W_pos^T, zero for the induction head). The audit now has both readings and lists the family as an
+open finding (tests/test_shortcut_audit.py, OPEN; docs/TASKS.md).
 """
 
 from __future__ import annotations
