@@ -26,17 +26,23 @@ N_SEEDS = 40
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
     ("induction-circuit", "composed"): "token-aligned K-composition (trace of W_E QK_t OV_s^T W_E^T) counts two "
-    "readers for the previous-token head and one for each scratch writer a decoy reads (0.42-0.43 per layer); and "
+    "readers for the previous-token head and one for each scratch writer a decoy reads (0.42-0.43 per layer; a "
+    "logistic regression on the composed readings 0.99); and "
     "the out-writers' QK reads positions (W_E QK W_pos^T), the induction head's does not (issue 16 red team: the two "
     "together score 0.99 without a forward pass). Decoys need a reader count per layer-0 head that names none, and "
     "writers whose keys read a layer-0 write",
     ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
     "separates mark-attending members from non-members (0.31 over 40 seeds); with the token-aligned composition and "
-    "the QK cross terms 0.32 / 0.38 / 0.37; the decoy non-members need the members' attention strengths",
+    "the QK cross terms 0.32 / 0.38 / 0.37, and a logistic regression on the composed readings 0.89 / 0.91 / 0.89; "
+    "the decoy non-members need the members' attention strengths",
+    ("copy-head", "composed"): "a logistic regression on the composed readings, trained on the other seeds, scores "
+    "0.33 at medium (0.21 at easy and hard, held to the limit there)",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset); closing it needs roles whose attention is not a function of "
     "position alone",
 }
+# An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
+OPEN_LEVELS = {("copy-head", "composed"): ("medium",)}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -49,10 +55,11 @@ def test_no_shortcut_scores_above_03(task_id: str, level: str) -> None:
     torch.set_num_threads(1)  # small matrices: threads only contend with the other xdist worker
     found = audit(task_id, cached_instances(task_id, range(N_SEEDS), level))
     assert {f.cls for f in found} == set(CLASSES) - set(exempt)
-    leaks = [f"{f.cls} {f.score:.3f} ({f.strategy})" for f in found if f.score > LIMIT and (task_id, f.cls) not in OPEN]
+    is_open = {f.cls: (task_id, f.cls) in OPEN and level in OPEN_LEVELS.get((task_id, f.cls), LEVELS) for f in found}
+    leaks = [f"{f.cls} {f.score:.3f} ({f.strategy})" for f in found if f.score > LIMIT and not is_open[f.cls]]
     assert not leaks, f"{task_id}/{level}: " + "; ".join(leaks)
     # an OPEN entry is a known leak, not a permanent exemption: once it is closed, it must go
-    fixed = [f"{f.cls} {f.score:.3f}" for f in found if (task_id, f.cls) in OPEN and f.score <= LIMIT - 0.1]
+    fixed = [f"{f.cls} {f.score:.3f}" for f in found if is_open[f.cls] and f.score <= LIMIT - 0.1]
     assert not fixed, f"{task_id}/{level}: {fixed} look fixed: remove or narrow the OPEN entry"
 
 
