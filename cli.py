@@ -21,9 +21,13 @@ def _tasks(args: argparse.Namespace) -> int:
         return 0
     print(f"{'id':24} {'alias':6} {'difficulty':10} {'version':7} max_steps (easy/medium/hard)")
     for c in cards:
-        steps = "/".join(str(c["max_steps"][lvl]) for lvl in c["levels"])
-        print(f"{c['id']:24} {c['aliases'][0]:6} {c['difficulty']:10} {c['family_version']:7} {steps}")
+        print(f"{c['id']:24} {c['aliases'][0]:6} {c['difficulty']:10} {c['family_version']:7} {_steps(c)}")
     return 0
+
+
+def _steps(card: dict) -> str:
+    """A family's step budgets, easy/medium/hard."""
+    return "/".join(str(card["max_steps"][lvl]) for lvl in card["levels"])
 
 
 def tasks_markdown(cards: list[dict]) -> str:
@@ -31,9 +35,8 @@ def tasks_markdown(cards: list[dict]) -> str:
     lines = ["| id (alias) | difficulty | what the agent must find | answer | max steps (e/m/h) | version |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for c in cards:
-        steps = "/".join(str(c["max_steps"][lvl]) for lvl in c["levels"])
         lines.append(f"| `{c['id']}` (`{c['aliases'][0]}`) | {c['difficulty']} | {c['description']} | "
-                     f"{c['answer_format']} | {steps} | {c['family_version']} |")  # fmt: skip
+                     f"{c['answer_format']} | {_steps(c)} | {c['family_version']} |")  # fmt: skip
     return "\n".join(lines)
 
 

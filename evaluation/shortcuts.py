@@ -151,6 +151,7 @@ def head_components(inst: Instance) -> Components:
         ov = torch.einsum("lhde,lhef->lhdf", wv, wo)
         comp_scores = composition_scores(wq, wk, wv, wo)
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
+        tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
         for lay in range(cfg.n_layers):
             for h in range(cfg.n_heads):
@@ -173,7 +174,7 @@ def head_components(inst: Instance) -> Components:
                 for name, (mat, fac) in comp.items():
                     stats = matrix_stats(name, mat, fac)
                     r.update({key: val for key, val in stats.items() if not key.endswith((".kurt", ".maxabs"))})
-                r.update(_composition(comp_scores, lay, h))
+                r.update(_composition(comp_scores, tops, lay, h))
                 keys.append((lay, h))
                 groups.append(lay)
                 rows.append(r)
@@ -230,12 +231,13 @@ def same_token_composition(
     return {"ktok": ktok / ktok.abs().max().clamp_min(1e-30), "qtok": qtok / qtok.abs().max().clamp_min(1e-30)}
 
 
-def _composition(scores: dict[str, torch.Tensor], lay: int, h: int) -> dict[str, float]:
+def _composition(scores: dict[str, torch.Tensor], tops: dict[str, float], lay: int, h: int) -> dict[str, float]:
     """Per head: the max and mean composition with earlier heads (``in``) and with later heads (``out``), and how
-    many partners reach half the largest value of the model (so a head read by two later heads shows it)."""
+    many partners reach half the largest value of the model (``tops``, per kind), so a head read by two later
+    heads shows it."""
     out: dict[str, float] = {}
     for kind, sc in scores.items():
-        top = float(sc.abs().max()) if sc.numel() else 0.0
+        top = tops[kind]
         for direction, vals in (("in", sc[:lay, :, lay, h]), ("out", sc[lay, h, lay + 1 :])):
             vals = vals.flatten()
             out[f"composed:{kind}comp_{direction}.max"] = float(vals.max()) if vals.numel() else 0.0

@@ -102,11 +102,18 @@ def _plant_out_writer(p: Planter, s: Stream, head: int, toks: list[int], gain: f
     copy_tokens(p, 1, head, toks, "out", gain)
 
 
-def _plant_key_reader(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
-    """A layer-1 decoy whose keys read what a layer-0 head writes (``write``: token dim -> (written dim, gain), the
-    query reading the same token, as the induction head's does) and which copies the vocabulary into scratch."""
+def _read_keys(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
+    """A layer-1 head's QK that reads what a layer-0 head writes (``write``: token dim -> (written dim, gain), as
+    ``copy_map`` gives it): the query reads the token, the key the written copy, each gain divided out again. The
+    induction head and its key-reader decoys are planted by this one rule."""
     base = s.fraction(6.0, 7.0)
     p.qk(1, head, [(src, dst, base / gain) for src, (dst, gain) in sorted(write.items())])
+
+
+def _plant_key_reader(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
+    """A layer-1 decoy whose keys read what a layer-0 head writes (:func:`_read_keys`) and which copies the
+    vocabulary into scratch."""
+    _read_keys(p, s, head, write)
     toks = list(range(p.cfg.d_vocab))
     copy_tokens(p, 1, head, toks, "scr", s.fraction(0.9, 3.5), s.sample(p.lay.dim("scr"), len(toks)))
 
@@ -140,8 +147,8 @@ def generate(seed: int, level: str) -> Instance:
         attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
         prev_gain = s.fraction(1.0, 3.0)  # the induction head's keys divide it out again
         copy_tokens(p, 0, prev_head, toks, "prev", prev_gain)
-        strength = s.fraction(6.0, 7.0) / prev_gain
-        p.qk(1, ind_head, [(lay.idx("tok", t), lay.idx("prev", t), strength) for t in toks])
+        prev_write = copy_map(p, 0, prev_head)
+        _read_keys(p, s, ind_head, prev_write)
         out_gain = s.fraction(2.5, 3.5)  # one draw for every out-writer: acceptance cannot select one gain over another
         copy_tokens(p, 1, ind_head, toks, "out", out_gain)
         for head in range(1, n_heads):
@@ -151,7 +158,7 @@ def generate(seed: int, level: str) -> Instance:
         for head in [next(layer1) for _ in range(WRITERS[level])]:
             _plant_out_writer(p, s, head, toks, out_gain)
         for head in [next(layer1) for _ in range(READERS - 1)]:  # the induction head is the first such reader
-            _plant_key_reader(p, s, head, {lay.idx("tok", t): (lay.idx("prev", t), prev_gain) for t in toks})
+            _plant_key_reader(p, s, head, prev_write)
         for head, writer in zip([next(layer1) for _ in range(READERS)], s.sample(n_heads - 1, READERS), strict=True):
             _plant_key_reader(p, s, head, copy_map(p, 0, 1 + writer))
         for head in layer1:
