@@ -585,11 +585,15 @@ class Audit:
                 score = fitted(one, softmax_regression)
                 best = self.keep(best, Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer"))
             out.append(best)
-        best = Finding("classifier", 0.0, "none")
-        for learner_name, learner in (("softmax", softmax_regression), ("centroid", nearest_centroid)):
-            score = fitted(lambda c: design(c, n_groups), learner)
-            best = self.keep(best, Finding("classifier", score, f"{learner_name} on every feature"))
-        out.append(best)
+        for cls, composed in (("classifier", False), ("composed", True)):  # learned readings, as for set answers
+            if composed and not any(is_composed(name) for name in comps[0].names):
+                continue
+            best = next((f for f in out if f.cls == cls), Finding(cls, 0.0, "none"))
+            for learner_name, learner in (("softmax", softmax_regression), ("centroid", nearest_centroid)):
+                score = fitted(lambda c, k=composed: design(c, n_groups, k), learner)
+                what = "the composed readings" if composed else "every feature"
+                best = self.keep(best, Finding(cls, score, f"{learner_name} on {what}"))
+            out = [f for f in out if f.cls != cls] + [best]
         prior_scores = []
         for train, test in folds(n):
             y = [Counter() for _ in range(n_groups)]

@@ -292,11 +292,12 @@ def distractor_job(
     offsets: tuple[int, ...] = (0, 1, 2),
     n_tokens: tuple[int, int] = (6, 10),
     duplicate: bool = False,
+    dst: str = "scr",
 ) -> str:
     """Give a head a real job unrelated to the answer: positional (self / previous / offset),
     content (a token-subset flag, the first position, duplicates of the current token or tokens paired
     with it by a fixed permutation), copying
-    ``n_tokens`` tokens into scratch space. Returns the job's name (for tests, never for the agent)."""
+    ``n_tokens`` tokens into scratch space (``dst``). Returns the job's name (for tests, never for the agent)."""
     kinds = [f"offset{o}" for o in offsets] + ["first"] + [f"flag:{f}" for f in flag_names]
     kinds += ["duplicate", "pairing"] if duplicate else []
     kind = s.pick(kinds)
@@ -314,7 +315,7 @@ def distractor_job(
         attend_flag(p, layer, head, p.lay.idx(kind[5:]), st)
     k = s.between(*n_tokens)
     toks = [vocab[i] for i in s.sample(len(vocab), k)]
-    copy_tokens(p, layer, head, toks, "scr", s.fraction(*gain), s.sample(p.lay.dim("scr"), k))
+    copy_tokens(p, layer, head, toks, dst, s.fraction(*gain), s.sample(p.lay.dim(dst), k))
     return kind
 
 

@@ -25,21 +25,17 @@ N_SEEDS = 40
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
-    ("induction-circuit", "composed"): "token-aligned K-composition (trace of W_E QK_t OV_s^T W_E^T) counts two "
-    "readers for the previous-token head and one for each scratch writer a decoy reads (0.42-0.43 per layer; a "
-    "logistic regression on the composed readings 0.99); and "
-    "the out-writers' QK reads positions (W_E QK W_pos^T), the induction head's does not (issue 16 red team: the two "
-    "together score 0.99 without a forward pass). Decoys need a reader count per layer-0 head that names none, and "
-    "writers whose keys read a layer-0 write",
     ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
     "separates mark-attending members from non-members (0.31 over 40 seeds); with the token-aligned composition and "
     "the QK cross terms 0.32 / 0.38 / 0.37, and a logistic regression on the composed readings 0.89 / 0.91 / 0.89; "
     "the decoy non-members need the members' attention strengths",
     ("copy-head", "composed"): "a logistic regression on the composed readings, trained on the other seeds, scores "
-    "0.33 at medium (0.21 at easy and hard, held to the limit there)",
+    "0.33 at medium on seeds 0-39 (0.23 on seeds 40-79, and 0.21 at easy and hard, held to the limit there): "
+    "within the spread of a 20-seed training half, kept open until a larger audit settles it",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
-    "itself (its effective rank names the offset); closing it needs roles whose attention is not a function of "
-    "position alone",
+    "itself (its effective rank names the offset; 0.59 at easy), and a softmax regression on all composed readings "
+    "(W_pos QK W_pos^T, W_E QK W_E^T, the compositions) labels 0.91 / 0.93 / 0.96; closing it needs roles whose "
+    "attention is not a function of one head's QK circuit alone",
 }
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
 OPEN_LEVELS = {("copy-head", "composed"): ("medium",)}

@@ -1,35 +1,36 @@
 """Generator for induction-circuit: a previous-token head (layer 0) K-composes with an induction
 head (layer 1) on repeated random sequences ``[... A B ... A] -> B``.
 
-The previous-token head copies each token's identity into a "previous token" subspace of the next
-position; the induction head's keys read that subspace and its queries read the current token, so it
-attends to the position after the earlier occurrence and copies that token to the output.
-Distractors in both layers have confusable jobs: another previous-token head and a duplicate-token
-head in either layer, fixed-offset, self and attend-to-first heads, all writing to scratch space
-with the same full-vocabulary copy maps as the planted heads.
+The previous-token head copies each token's identity into the position after it; the induction head's keys read
+that write and its queries read the current token, so it attends to the position after the earlier occurrence and
+copies that token to the output. Distractors in layer 0 have confusable jobs (offset, self, attend-to-first,
+duplicate-token, flag and pairing heads), each copying the vocabulary as the previous-token head does.
 
-Version 4 adds decoys for the composed readings of the weights (issue 16: only the induction head wrote what the
-unembedding reads, and only the previous-token head's write was read by a later key, so ``W_V W_O W_U`` named one
-and the K-composition norm the other):
+Version 5 makes the composed readings of the weights tie the circuit with decoys that the data leaves inert
+(issue 16: version 4's decoys fooled single readings, but the token-aligned K-composition counted two readers of
+the previous-token head against one of each scratch writer, and the out-writers' keys read positions where the
+induction head's did not):
 
-- out-writers: layer-1 heads that copy the full vocabulary into ``out`` at the induction head's gain, attending
-  uniformly to the first half of the sequence (a constant query against the first half's positions). On a
-  repeated sequence that adds the same logit to the eight tokens of the sequence, the target among them, so the
-  margin barely moves.
-- key readers: the previous-token head's write is read by the induction head and by an induction-like decoy that
-  writes into scratch; two scratch writers' maps are read by other layer-1 keys (the scratch writers share those
-  slots, so these read them all). Composition *norms* (Elhage et al.) then tie the previous-token head with the
-  scratch writers and the induction head with the decoy readers.
+- every layer-0 head writes into a private space, and layer-1 head h's keys read, token by token, layer-0 head h's
+  write and nothing else (a perfect matching: a wiring where each key read two writes let the read graph alone
+  halve the candidates, and readers of one write against readers of several showed in the composition norms):
+  counts, traces and composition norms are alike for every head of a layer;
+- echo heads: ``WRITERS[level]`` layer-1 heads built like the induction head (keys read one layer-0 head's write,
+  token-aligned; the vocabulary copied into ``out`` at the induction head's gain), except that the head they read
+  attends to the first position, so its write is the first token at every position and the echo's keys all
+  match or all miss alike: on the probe's sequences an echo spreads over the first half and raises the
+  sequence's eight tokens together; two decoy previous-token heads (the real one's rule and strengths) are read by
+  scratch readers;
+- every layer-1 head has the same kind of positional key term (a bias towards the first half, where the induction
+  target always lies), so no cross term of token queries and positional keys tells them apart.
 
-This closes every single composed reading of the version-3 audit (composed 0.47 -> 0.20-0.24), but not the
-class: a red team read the circuit from the weights alone (0.99) by the token-aligned K-composition (the
-previous-token head has two aligned readers, each decoy-read scratch writer one) and by the out-writers' positional
-keys (W_E QK W_pos^T, zero for the induction head). The audit now has both readings and lists the family as an
-open finding (tests/test_shortcut_audit.py, OPEN; docs/TASKS.md).
+What still separates the induction head from its echoes in the weights is which layer-0 head each one reads, and
+what that head attends to: the circuit itself, read across two layers. docs/TASKS.md says so.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...arch import HookedConfig
@@ -37,6 +38,7 @@ from ..base import Instance
 from ..circuits import (
     Layout,
     Planter,
+    attend_flag,
     attend_offset,
     copy_map,
     copy_tokens,
@@ -53,31 +55,37 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "4"
+VERSION = "5"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
-LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.02)}  # vocab, heads/layer, noise
+LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.014)}  # vocab, heads/layer, noise
 N_FLAGS = 3
-READERS = 2  # layer-1 heads whose keys read each layer-0 head's write (the induction head is one of the two)
-# layer-1 out-writers per level: hard's weight noise, carried to the logits through their gains, costs about 0.5 of
-# the margin per writer, so hard has fewer
+READERS = 1  # layer-1 keys that read each layer-0 head's write, token by token (and writes each layer-1 key reads)
+# echo heads per level: hard's weight noise, carried to the logits through their gains, costs margin per echo
 WRITERS = {"easy": 3, "medium": 3, "hard": 2}
-# the clean induction margin an instance needs (version 4: hard's noise through the out-writers costs margin)
-MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}
+PREV_DECOYS = 2  # other layer-0 previous-token heads, planted like the real one; scratch readers read them
+MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}  # the clean induction margin an instance needs
 QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
+GAIN = (1.5, 3.5)  # layer-0 copy gains (one range for every head, so a gain names none)
+BASE = (6.0, 7.0)  # the score one token-aligned key read adds
+FIRST_HALF = (2.6, 3.0)  # every layer-1 key's bias towards the first half
 
 
 def answer_schema(level: str) -> dict:
     return head_schema(N_LAYERS, LEVELS[level][1], 2, "the circuit's heads, optionally with role labels", roles=ROLES)
 
 
-def _layout(vocab: int) -> Layout:
+def _layout(vocab: int, n_heads: int) -> Layout:
     lay = Layout()
-    # pad: read by the spectral padding, written by nothing; sink: written by the OV padding, read by nothing
-    for name, dim in (("tok", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1),
-                      ("pad", vocab), ("sink", vocab)):  # fmt: skip
+    dh = vocab + 1  # the vocabulary-wide key read plus one dimension for the first-half bias
+    # w{h}: layer-0 head h's private write; scr: layer-1 scratch, read by nothing; pad: read by the spectral
+    # padding, written by nothing; sink: written by the OV padding, read by nothing
+    for name, dim in (("tok", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX), ("const", 1), ("pad", dh),
+                      ("sink", dh)):  # fmt: skip
         lay.add(name, dim)
+    for h in range(n_heads):
+        lay.add(f"w{h}", vocab)
     for f in range(N_FLAGS):
         lay.add(f"flag{f}", 1)
     return lay
@@ -91,31 +99,24 @@ def _probe(s: Stream, vocab: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def _plant_out_writer(p: Planter, s: Stream, head: int, toks: list[int], gain: float) -> None:
-    """A layer-1 decoy that copies the full vocabulary into ``out`` at the induction head's gain while attending
-    uniformly to the first half (a constant query against each first-half position): on the probe's repeated
-    sequences it raises the eight tokens of the sequence alike. Its QK is rank 1 with singular value
-    st * sqrt(HALF), kept under the layer's spectral bound (QK_MAX); st near 3 still puts about 97% of the
-    attention on the first half."""
-    st = s.fraction(2.6, 3.0)
-    p.qk(1, head, [(p.lay.idx("const"), p.lay.idx("pos", j), st) for j in range(HALF)])
-    copy_tokens(p, 1, head, toks, "out", gain)
-
-
-def _read_keys(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
-    """A layer-1 head's QK that reads what a layer-0 head writes (``write``: token dim -> (written dim, gain), as
-    ``copy_map`` gives it): the query reads the token, the key the written copy, each gain divided out again. The
-    induction head and its key-reader decoys are planted by this one rule."""
-    base = s.fraction(6.0, 7.0)
-    p.qk(1, head, [(src, dst, base / gain) for src, (dst, gain) in sorted(write.items())])
-
-
-def _plant_key_reader(p: Planter, s: Stream, head: int, write: dict[int, tuple[int, float]]) -> None:
-    """A layer-1 decoy whose keys read what a layer-0 head writes (:func:`_read_keys`) and which copies the
-    vocabulary into scratch."""
-    _read_keys(p, s, head, write)
-    toks = list(range(p.cfg.d_vocab))
-    copy_tokens(p, 1, head, toks, "scr", s.fraction(0.9, 3.5), s.sample(p.lay.dim("scr"), len(toks)))
+def _read_keys(p: Planter, s: Stream, head: int, src: int) -> None:
+    """Layer-1 head ``head``'s QK: the query reads the current token and the key reads that token's copy in
+    layer-0 head ``src``'s write (``copy_map``, its gain divided out again), one head dimension per token; one more
+    dimension gives the key a bias towards the first half (the query's constant feature against the first HALF
+    positions). The induction head, its echoes and the scratch readers are all planted by this rule, so their QKs
+    differ only in which write they read and in drawn strengths."""
+    scale = np.sqrt(np.sqrt(p.cfg.d_head))  # as Planter.qk: the head's scores gain the strengths exactly
+    wq, wk = p.W_Q[1, head], p.W_K[1, head]
+    base = s.fraction(*BASE)
+    for dim_in, (dim_out, gain) in copy_map(p, 0, src).items():
+        e = dim_in - p.lay.idx("tok")
+        wq[dim_in, e] = scale
+        wk[dim_out, e] = scale * base / gain
+    root = np.sqrt(s.fraction(*FIRST_HALF)) * scale
+    e = p.cfg.d_vocab
+    wq[p.lay.idx("const"), e] = root
+    for j in range(HALF):
+        wk[p.lay.idx("pos", j), e] = root
 
 
 def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = None) -> float:
@@ -129,14 +130,13 @@ def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = 
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
-    lay = _layout(vocab)
-    cfg = HookedConfig(
-        n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=vocab, d_vocab=vocab, n_ctx=N_CTX
-    )
+    lay = _layout(vocab, n_heads)
+    dh = vocab + 1
+    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=dh, d_vocab=vocab, n_ctx=N_CTX)
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
-    dh = cfg.d_head
+    echoes = WRITERS[level]
     # one QK and one OV singular-value profile per layer, from constants only (see circuits.pad_spectrum)
     targets = [(spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for _ in range(N_LAYERS)]
     while True:
@@ -145,25 +145,23 @@ def generate(seed: int, level: str) -> Instance:
         for f in flags:
             p.flag_tokens(f, [t for t in toks if s.below(4) == 0])
         attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
-        prev_gain = s.fraction(1.0, 3.0)  # the induction head's keys divide it out again
-        copy_tokens(p, 0, prev_head, toks, "prev", prev_gain)
-        prev_write = copy_map(p, 0, prev_head)
-        _read_keys(p, s, ind_head, prev_write)
-        out_gain = s.fraction(2.5, 3.5)  # one draw for every out-writer: acceptance cannot select one gain over another
-        copy_tokens(p, 1, ind_head, toks, "out", out_gain)
-        for head in range(1, n_heads):
-            distractor_job(p, s, 0, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
-                           n_tokens=(vocab, vocab), duplicate=True)  # fmt: skip
-        layer1 = iter(range(1, n_heads))
-        for head in [next(layer1) for _ in range(WRITERS[level])]:
-            _plant_out_writer(p, s, head, toks, out_gain)
-        for head in [next(layer1) for _ in range(READERS - 1)]:  # the induction head is the first such reader
-            _plant_key_reader(p, s, head, prev_write)
-        for head, writer in zip([next(layer1) for _ in range(READERS)], s.sample(n_heads - 1, READERS), strict=True):
-            _plant_key_reader(p, s, head, copy_map(p, 0, 1 + writer))
-        for head in layer1:
-            distractor_job(p, s, 1, head, toks, flags, (0.9, 3.5), (4.0, 9.0), offsets=(0, 1, 2, 3),
-                           n_tokens=(vocab, vocab), duplicate=True)  # fmt: skip
+        copy_tokens(p, 0, prev_head, toks, "w0", s.fraction(*GAIN), s.sample(vocab, vocab))
+        for head in range(1, 1 + echoes):  # the heads the echoes read: the first token, written everywhere
+            attend_flag(p, 0, head, lay.idx("pos", 0), s.fraction(4.0, 9.0))
+            copy_tokens(p, 0, head, toks, f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
+        for head in range(1 + echoes, 1 + echoes + PREV_DECOYS):
+            attend_offset(p, 0, head, 1, s.fraction(5.0, 6.0))
+            copy_tokens(p, 0, head, toks, f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
+        for head in range(1 + echoes + PREV_DECOYS, n_heads):
+            distractor_job(p, s, 0, head, toks, flags, GAIN, (4.0, 9.0), offsets=(0, 1, 2, 3),
+                           n_tokens=(vocab, vocab), duplicate=True, dst=f"w{head}")  # fmt: skip
+        out_gain = s.fraction(2.5, 3.5)  # one draw for the induction head and its echoes
+        for head in range(n_heads):  # layer-1 head h reads layer-0 head h: induction, echoes, then scratch readers
+            _read_keys(p, s, head, head)
+            if head <= echoes:
+                copy_tokens(p, 1, head, toks, "out", out_gain)
+            else:
+                copy_tokens(p, 1, head, toks, "scr", s.fraction(0.9, 3.5), s.sample(vocab, vocab))
         for layer in range(N_LAYERS):  # every head of a layer: the same QK and the same OV spectrum
             for head in range(n_heads):
                 pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad")
