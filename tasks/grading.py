@@ -203,8 +203,11 @@ def grade_frequencies(answer: Any, truth: dict) -> Grade:
 
 
 def grade_heads_with_roles(answer: Any, truth: dict, allowed_roles: tuple[str, ...]) -> Grade:
-    """Heads by Jaccard; when role labels are given, 0.8 * Jaccard + 0.2 * chance-corrected role
-    accuracy over the true heads (a true head left unlabelled counts as wrong).
+    """Heads by Jaccard; when role labels are given, Jaccard * (0.8 + 0.2 * chance-corrected role accuracy over the
+    true heads) (a true head left unlabelled counts as wrong). The role part is scaled by the Jaccard so that
+    labels earn only as much as the head set is right: with a flat 0.2, an answer listing every head a weight
+    reading could name, each labelled by its layer, collected the whole role part (issue 16's red team: 0.40 for
+    the union of induction-circuit's out-writers and their sources, at Jaccard 0.25).
 
     Accepted: a list of heads, or {"heads": [...], "roles": {...}}.
     """
@@ -228,7 +231,7 @@ def grade_heads_with_roles(answer: Any, truth: dict, allowed_roles: tuple[str, .
     correct = sum(1 for h, r in true_roles.items() if roles.get(h) == r)
     role_score = max(0.0, chance_corrected(correct / len(true_roles), len(allowed_roles)))
     j = base.breakdown["jaccard"]
-    raw = 0.8 * j + 0.2 * role_score * (1.0 if j > 0 else 0.0)
+    raw = j * (0.8 + 0.2 * role_score)
     return Grade(
         score=clamp(raw),
         breakdown={

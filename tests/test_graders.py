@@ -147,6 +147,19 @@ def test_roles_weighted_when_given() -> None:
     assert grade("induction-circuit", {"heads": heads, "extra": 1}, truth).rejected
 
 
+def test_role_labels_earn_only_as_much_as_the_heads_are_right() -> None:
+    """Every head of the model, each labelled by its layer's role, has all true roles right: the role part is
+    scaled by the Jaccard, so it adds 0.2 x J, not a flat 0.2 (issue 16: a union of look-alikes farmed it)."""
+    truth = cached_instance("induction-circuit", 5, "easy").truth
+    n_layers, n_heads = truth["n_layers"], truth["n_heads"]
+    layer_role = ("previous-token", "induction")
+    every = {f"L{ly}H{h}": layer_role[ly] for ly in range(n_layers) for h in range(n_heads)}
+    j = 2 / (n_layers * n_heads)
+    assert grade("induction-circuit", every, truth).score == pytest.approx(max(0.01, j))
+    first = {k: v for k, v in list(truth["roles"].items())[:1]}  # one true head, rightly labelled: J = 1/2
+    assert grade("induction-circuit", {"roles": first}, truth).score == pytest.approx(0.5 * 0.8)  # 1 of 2: chance
+
+
 def test_roles_alone_imply_heads() -> None:
     truth = cached_instance("committee-circuit", 5, "easy").truth
     assert grade("committee-circuit", {"roles": truth["roles"]}, truth).score == 0.99

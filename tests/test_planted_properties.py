@@ -135,7 +135,7 @@ def test_induction_circuit(level: str) -> None:
         low = min(drops[prev], drops[ind])
         assert low >= 0.5 * clean
         assert all(abs(d) <= 0.25 * low for h, d in drops.items() if h not in (prev, ind)), (seed, drops)
-        norm_ratios.append(_decoys_of_version_5(model, prev, ind, level))
+        norm_ratios.append(_decoys_of_version_5(model, prev, ind))
         with torch.no_grad():
             _, cache = model.run_with_cache(tokens)
         n = tokens.shape[1]
@@ -171,8 +171,8 @@ def test_induction_circuit(level: str) -> None:
     assert 0.85 <= sum(norm_ratios) / len(norm_ratios) <= 1.15, norm_ratios
 
 
-def _decoys_of_version_5(model, prev: tuple[int, int], ind: tuple[int, int], level: str) -> float:
-    """Version 5's decoys are there in the weights: WRITERS[level] echo heads write into what the unembedding reads
+def _decoys_of_version_5(model, prev: tuple[int, int], ind: tuple[int, int]) -> float:
+    """Version 5's decoys are there in the weights: WRITERS echo heads write into what the unembedding reads
     as strongly as the induction head (W_E W_V W_O W_U, one gain); every layer-0 head's write is read, token by
     token, by exactly READERS layer-1 keys and every layer-1 key reads exactly READERS writes (a matching). Returns
     the mean composition norm of the reads by the heads that write into ``out`` (induction and echoes) over that of
@@ -182,7 +182,7 @@ def _decoys_of_version_5(model, prev: tuple[int, int], ind: tuple[int, int], lev
         w_e, w_u = model.W_E.double(), model.W_U.double()
         ov = model.W_V[1].double() @ model.W_O[1].double()
         fro = (w_e @ ov @ w_u).norm(dim=(-2, -1))
-        assert int((fro >= 0.9 * fro[ind[1]]).sum()) == 1 + WRITERS[level], fro
+        assert int((fro >= 0.9 * fro[ind[1]]).sum()) == 1 + WRITERS, fro
         weights = [w.double() for w in (model.W_Q, model.W_K, model.W_V, model.W_O)]
         aligned = same_token_composition(w_e, *weights)["ktok"][0, :, 1, :]
         reads = aligned >= 0.5 * float(aligned[prev[1], ind[1]])

@@ -15,7 +15,7 @@ induction head's did not):
   write and nothing else (a perfect matching: a wiring where each key read two writes let the read graph alone
   halve the candidates, and readers of one write against readers of several showed in the composition norms):
   counts, traces and composition norms are alike for every head of a layer;
-- echo heads: ``WRITERS[level]`` layer-1 heads built like the induction head (keys read one layer-0 head's write,
+- echo heads: ``WRITERS`` layer-1 heads built like the induction head (keys read one layer-0 head's write,
   token-aligned; the vocabulary copied into ``out`` at the induction head's gain), except that the head they read
   attends to the first position, so its write is the first token at every position and the echo's keys all
   match or all miss alike: on the probe's sequences an echo spreads over the first half and raises the
@@ -62,8 +62,9 @@ N_CTX = 2 * HALF
 LEVELS = {"easy": (24, 10, 0.0), "medium": (28, 10, 0.01), "hard": (32, 12, 0.014)}  # vocab, heads/layer, noise
 N_FLAGS = 3
 READERS = 1  # layer-1 keys that read each layer-0 head's write, token by token (and writes each layer-1 key reads)
-# echo heads per level: hard's weight noise, carried to the logits through their gains, costs margin per echo
-WRITERS = {"easy": 3, "medium": 3, "hard": 2}
+# echo heads: with the induction head, 4 out-writers, so one guessed (out-writer, its source) pair is right 1 time in
+# 4 and the union of all of them has Jaccard 2/8 (with 2 echoes hard's union scored 0.33 in a red team's test)
+WRITERS = 3
 PREV_DECOYS = 2  # other layer-0 previous-token heads, planted like the real one; scratch readers read them
 MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}  # the clean induction margin an instance needs
 QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
@@ -136,7 +137,7 @@ def generate(seed: int, level: str) -> Instance:
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
-    echoes = WRITERS[level]
+    echoes = WRITERS
     # one QK and one OV singular-value profile per layer, from constants only (see circuits.pad_spectrum)
     targets = [(spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for _ in range(N_LAYERS)]
     while True:

@@ -1,9 +1,9 @@
 """Generator for modular-addition: a network that really computes (a + b) mod p by the Fourier
 multiplication algorithm, with distractor frequencies that the embedding carries at equal strength.
 
-Construction (Nanda et al.'s algorithm, written by hand instead of trained; version 2):
+Construction (Nanda et al.'s algorithm, written by hand instead of trained; version 3):
 - embedding: token t -> sum over frequencies f of alpha_f (cos(w_f t) c_f + sin(w_f t) s_f) + noise,
-  w_f = 2 pi f / p, for the key frequencies and twice as many distractors alike (same amplitude range), in
+  w_f = 2 pi f / p, for the key frequencies and three times as many distractors alike (same amplitude range), in
   the directions of a random orthogonal basis, so neither a DFT of W_E nor its axes separate them;
 - gated MLP over the concatenated embeddings [E(a), E(b)] whose every unit squares one direction (left =
   right): per key, eight units compute cos(w(a + b)) and sin(w(a + b)) by the polarisation identity
@@ -33,15 +33,20 @@ from ..schemas import frequency_schema
 from . import prompt
 
 TASK_ID = "modular-addition"
-VERSION = "2"
+VERSION = "3"
 K_MAX = 5
-LEVELS = {  # primes, keys (lo, hi), distractors (lo, hi), d_model, d_mlp, noise
-    # (version 2: twice as many distractors as keys, every frequency read and written by 8 square units; the dense
-    # noise is lower than version 1's 0.002/0.004/0.006 because squares amplify it and the model must stay exact)
-    "easy": ((53, 59, 61), (2, 3), (5, 6), 20, 80, 0.001),
-    "medium": ((67, 71, 73, 79, 83), (3, 4), (7, 8), 28, 104, 0.0015),
-    "hard": ((89, 97, 101, 103, 107, 109, 113), (3, 5), (9, 10), 36, 128, 0.002),
+DISTRACTORS = 3  # per key: the embedding's strong frequencies then hold one key in four, so listing them all scores
+# Jaccard 0.25 (version 2 had two per key: all of them scored 0.33, and twice the answer size about 0.35-0.39)
+LEVELS = {  # primes, keys (lo, hi), d_model, d_mlp, noise
+    # (every frequency read and written by 8 square units; the dense noise is lower than version 1's
+    # 0.002/0.004/0.006 because squares amplify it and the model must stay exact)
+    "easy": ((53, 59, 61), (2, 3), 24, 96, 0.001),
+    "medium": ((67, 71, 73, 79, 83), (3, 4), 32, 128, 0.0015),
+    "hard": ((89, 97, 101, 103, 107, 109, 113), (3, 5), 40, 160, 0.002),
 }
+WRITE = (0.12, 0.19)  # the scale of a distractor's zero-sum columns; a key's product columns get sqrt(2.5) x one
+# draw from it, so the write power per frequency (key: 8 s^2, distractor: 20 c^2) has one distribution (version 2
+# fixed a key's at 1/4: W_U W_out's power ranked keys apart)
 KEY_RULE, OTHER_RULE = 0.4, 0.15  # stated in the prompt
 KEY_MARGIN, OTHER_MARGIN = 0.5, 0.05  # enforced by the generator
 
@@ -139,14 +144,16 @@ def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, n
         a_cos, a_sin = np.concatenate([cos_d, zero]), np.concatenate([sin_d, zero])  # read from E(a)
         b_cos, b_sin = np.concatenate([zero, cos_d]), np.concatenate([zero, sin_d])  # read from E(b)
         out_cos, out_sin = out_rot[:, 2 * i], out_rot[:, 2 * i + 1]
-        if f in keys:  # cos(w(a+b)) = cc - ss, sin(w(a+b)) = sc + cs
-            units += _square_units(a_cos, b_cos, out_cos, "product") + _square_units(a_sin, b_sin, -out_cos, "product")
-            units += _square_units(a_sin, b_cos, out_sin, "product") + _square_units(a_cos, b_sin, out_sin, "product")
-        else:  # x and y mix the wave in E(a) and in E(b); scaled so that the frequency's summed read and write
-            # strengths match a key's (reads: 8 unit-norm parts per side; writes: 8 columns of norm 1/4)
+        scale = s.fraction(*WRITE)  # one per frequency, key or distractor (see WRITE)
+        if f in keys:  # cos(w(a+b)) = cc - ss, sin(w(a+b)) = sc + cs; product columns are col / 4
+            c, sn = out_cos * 4 * scale * 2.5**0.5, out_sin * 4 * scale * 2.5**0.5
+            units += _square_units(a_cos, b_cos, c, "product") + _square_units(a_sin, b_sin, -c, "product")
+            units += _square_units(a_sin, b_cos, sn, "product") + _square_units(a_cos, b_sin, sn, "product")
+        else:  # x and y mix the wave in E(a) and in E(b); scaled so that the frequency's summed read strength
+            # matches a key's (8 unit-norm parts per side)
             for out_dir in (out_cos, out_sin):
                 x, y = (_mixture(s, a_cos, a_sin) + _mixture(s, b_cos, b_sin) for _ in range(2))
-                units += _square_units(x * READ_SCALE, y * READ_SCALE, out_dir * s.fraction(0.12, 0.19), "zero")
+                units += _square_units(x * READ_SCALE, y * READ_SCALE, out_dir * scale, "zero")
     if len(units) > h:
         raise ValueError(f"{len(units)} units do not fit in d_mlp={h}")
     while len(units) < h:  # squares of random embedding directions, written where nothing reads
@@ -182,12 +189,13 @@ def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, n
 
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
-    primes, (k_lo, k_hi), (d_lo, d_hi), d, h, noise = LEVELS[level]
+    primes, (k_lo, k_hi), d, h, noise = LEVELS[level]
     p = s.pick(primes)
     half = (p - 1) // 2
     tokens = _pairs(p)
     while True:  # deterministic rejection sampling until the stated rule holds with a margin
-        n_keys, n_dis = s.between(k_lo, k_hi), s.between(d_lo, d_hi)
+        n_keys = s.between(k_lo, k_hi)
+        n_dis = DISTRACTORS * n_keys
         freqs = [f + 1 for f in s.sample(half, n_keys + n_dis)]
         keys, dis = sorted(freqs[:n_keys]), freqs[n_keys:]
         model = _build(s, p, keys, dis, d, h, noise)
