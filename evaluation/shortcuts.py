@@ -523,7 +523,6 @@ class Audit:
                         s = model(z)
                         for per_group, scale in itertools.product((False, True), SCALES):
                             answer = ad.choose(self.insts[i], comps[i], s[:, 1] - s[:, 0], per_group, scale)
-                            answer = self._with_prior_roles(answer, train)
                             scores.setdefault((per_group, scale), []).append(self.grade(answer, self.insts[i]))
                 for (per_group, scale), got in scores.items():
                     name = f"{learner_name}{' per layer' if per_group else ''}"
@@ -533,17 +532,6 @@ class Audit:
             out = [f for f in out if f.cls != cls] + [best]
         out.append(self._set_priors(comps))
         return out
-
-    def _with_prior_roles(self, heads: list, train: Sequence[int]) -> Any:
-        """For role-labelled head answers: each head gets its layer's most common true role on ``train``."""
-        if self.kind is not AnswerKind.HEADS_ROLES:
-            return heads
-        by_layer: dict[int, Counter] = {}
-        for i in train:
-            for name, role in self.insts[i].truth["roles"].items():
-                by_layer.setdefault(int(name[1 : name.index("H")]), Counter())[role] += 1
-        roles = {f"L{lay}H{h}": by_layer[lay].most_common(1)[0][0] for lay, h in heads if lay in by_layer}
-        return {"heads": heads, "roles": roles}
 
     def _set_priors(self, comps: list[Components]) -> Finding:
         """Constant answers: each single component, and the k most frequent true components on the train half."""
@@ -556,7 +544,7 @@ class Audit:
             cands = {f"[{u}]": [_as_answer_item(u)] for u in universe}
             for k in range(1, max(k_max, 6) + 1):
                 top = [_as_answer_item(c) for c, _ in freq.most_common(k)]
-                cands[f"{k} most frequent"] = self._with_prior_roles(top, train)
+                cands[f"{k} most frequent"] = top  # role labels cannot raise a head set's grade (J-scaled)
             # choose on train, score on test
             name = max(cands, key=lambda c: self.mean([cands[c]] * len(train), train))
             scores.setdefault("chosen", []).append(self.mean([cands[name]] * len(test), test))
