@@ -30,8 +30,8 @@ OPEN = {
     "the QK cross terms 0.32 / 0.38 / 0.37, and a logistic regression on the composed readings 0.89 / 0.91 / 0.89; "
     "the decoy non-members need the members' attention strengths",
     ("copy-head", "composed"): "a logistic regression on the composed readings, trained on the other seeds, scores "
-    "0.33 at medium on seeds 0-39 (0.23 on seeds 40-79, and 0.21 at easy and hard, held to the limit there): "
-    "within the spread of a 20-seed training half, kept open until a larger audit settles it",
+    "0.33 at medium on seeds 0-39 but 0.23 on seeds 40-79 and 0.20 on seeds 80-119 (0.21 at easy and hard, held to "
+    "the limit there): the spread of a 20-seed training half; open while the test's seeds show it",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset; 0.59 at easy), and a softmax regression on all composed readings "
     "(W_pos QK W_pos^T, W_E QK W_E^T, the compositions) labels 0.91 / 0.93 / 0.96; closing it needs roles whose "
