@@ -120,6 +120,12 @@ def _read_keys(p: Planter, s: Stream, head: int, src: int) -> None:
         wk[p.lay.idx("pos", j), e] = root
 
 
+def _write_private(p: Planter, s: Stream, head: int) -> None:
+    """Layer-0 head ``head`` copies the whole vocabulary into its private space ``w{head}`` (random slots)."""
+    vocab = p.cfg.d_vocab
+    copy_tokens(p, 0, head, list(range(vocab)), f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
+
+
 def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = None) -> float:
     """Mean margin of the next-token prediction over the repeated half (positions HALF..N_CTX-2)."""
     if logits is None:
@@ -137,7 +143,6 @@ def generate(seed: int, level: str) -> Instance:
     toks = list(range(vocab))
     flags = [f"flag{f}" for f in range(N_FLAGS)]
     prev_head, ind_head = 0, 0  # head indices are made uniform by permute_heads after acceptance
-    echoes = WRITERS
     # one QK and one OV singular-value profile per layer, from constants only (see circuits.pad_spectrum)
     targets = [(spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for _ in range(N_LAYERS)]
     while True:
@@ -145,21 +150,21 @@ def generate(seed: int, level: str) -> Instance:
         p.embed_basics(out_gain=2.0)
         for f in flags:
             p.flag_tokens(f, [t for t in toks if s.below(4) == 0])
-        attend_offset(p, 0, prev_head, 1, s.fraction(5.0, 6.0))
-        copy_tokens(p, 0, prev_head, toks, "w0", s.fraction(*GAIN), s.sample(vocab, vocab))
-        for head in range(1, 1 + echoes):  # the heads the echoes read: the first token, written everywhere
-            attend_flag(p, 0, head, lay.idx("pos", 0), s.fraction(4.0, 9.0))
-            copy_tokens(p, 0, head, toks, f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
-        for head in range(1 + echoes, 1 + echoes + PREV_DECOYS):
-            attend_offset(p, 0, head, 1, s.fraction(5.0, 6.0))
-            copy_tokens(p, 0, head, toks, f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
-        for head in range(1 + echoes + PREV_DECOYS, n_heads):
+        # layer 0: the previous-token head, the heads the echoes read (attend to the first position: the first
+        # token is written everywhere), the decoy previous-token heads, then distractors
+        for head in range(1 + WRITERS + PREV_DECOYS):
+            if 1 <= head <= WRITERS:
+                attend_flag(p, 0, head, lay.idx("pos", 0), s.fraction(4.0, 9.0))
+            else:
+                attend_offset(p, 0, head, 1, s.fraction(5.0, 6.0))
+            _write_private(p, s, head)
+        for head in range(1 + WRITERS + PREV_DECOYS, n_heads):
             distractor_job(p, s, 0, head, toks, flags, GAIN, (4.0, 9.0), offsets=(0, 1, 2, 3),
                            n_tokens=(vocab, vocab), duplicate=True, dst=f"w{head}")  # fmt: skip
         out_gain = s.fraction(2.5, 3.5)  # one draw for the induction head and its echoes
         for head in range(n_heads):  # layer-1 head h reads layer-0 head h: induction, echoes, then scratch readers
             _read_keys(p, s, head, head)
-            if head <= echoes:
+            if head <= WRITERS:
                 copy_tokens(p, 1, head, toks, "out", out_gain)
             else:
                 copy_tokens(p, 1, head, toks, "scr", s.fraction(0.9, 3.5), s.sample(vocab, vocab))
