@@ -329,7 +329,49 @@ def frequency_components(inst: Instance) -> Components:
             for f in range(n_f):
                 rows[f][f"{name}.power"] = float(share[f])
                 rows[f][f"{name}.rank"] = float((share > share[f]).sum())
+        if hasattr(m.mlp, "out") and hasattr(m.mlp, "left"):
+            for f, stats in enumerate(_unit_groups(m, n_f)):
+                rows[f].update(stats)
     return _table(list(range(1, n_f + 1)), [0] * n_f, rows)
+
+
+def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
+    """Per frequency, the shape of the group of MLP units that write it (the frequency holding most of the power of
+    W_U's reading of a unit's output column): how many, the spread of their write and read norms (std / mean), how
+    far their writes cancel (norm of the summed writes over the summed norms), and how far each unit's read of the
+    embedding, per input side, sits from a pure cos or sin (phase distance to a multiple of pi/2). Why: a red team
+    named modular-addition's keys from these shapes alone (issue 16), where every per-frequency power agreed."""
+    d = m.embed.weight.shape[1]
+    writes = m.unembed.weight.double() @ m.mlp.out.weight.double()  # [p, units]
+    spec = torch.fft.rfft(writes, dim=0)[1 : n_f + 1]  # [n_f, units]
+    power = spec.abs().pow(2)
+    top = power.argmax(dim=0)
+    live = power.max(dim=0).values >= 0.5 * power.sum(dim=0).clamp_min(1e-30)  # units that write one frequency
+    left = m.mlp.left.weight.double()  # [units, 2 d]
+    reads = [torch.fft.rfft(m.embed.weight.double() @ left[:, side * d : (side + 1) * d].T, dim=0)[1 : n_f + 1]
+             for side in (0, 1)]  # fmt: skip
+    out = []
+    for f in range(n_f):
+        units = torch.nonzero(live & (top == f)).flatten()
+        r: dict[str, float] = {"composed:group.units": float(units.numel())}
+        if units.numel():
+            wn = writes[:, units].norm(dim=0)
+            rn = left[units].norm(dim=1)
+            r["composed:group.write_spread"] = float(wn.std(unbiased=False) / wn.mean().clamp_min(1e-30))
+            r["composed:group.read_spread"] = float(rn.std(unbiased=False) / rn.mean().clamp_min(1e-30))
+            r["composed:group.cancel"] = float(writes[:, units].sum(dim=1).norm() / wn.sum().clamp_min(1e-30))
+            phases = []
+            for side in reads:
+                z = side[f, units]
+                strong = z.abs() >= 0.1 * z.abs().max().clamp_min(1e-30)
+                ang = torch.remainder(torch.angle(z[strong]), torch.pi / 2)
+                phases.append(torch.minimum(ang, torch.pi / 2 - ang))
+            both = torch.cat(phases)
+            r["composed:group.phase"] = float(both.mean()) if both.numel() else 0.0
+        else:
+            r.update({f"composed:group.{k}": 0.0 for k in ("write_spread", "read_spread", "cancel", "phase")})
+        out.append(r)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,8 +17,8 @@ So every product of the weight matrices (W_U W_out, W_E L^T, their spectra) list
 version 1's filler units wrote into a sink the unembedding never read, and W_U W_out named the keys (0.99 in
 the shortcut audit). Only the interaction of the squares, or the stated ablation, separates them -- except, as a
 red team found after version 3, the shapes of each frequency's unit group (a key's columns have one norm and cancel
-in pairs, a distractor's are c, c, -2c, -2c; a key's units read pure cos / sin directions): an open finding in
-docs/TASKS.md, for version 4.
+in pairs, a distractor's are c, c, -2c, -2c; a key's units read pure cos / sin directions): the audit reads them
+(`composed:group.*`), an open finding in docs/TASKS.md, for version 4.
 The generator checks the answer's operational definition (the prompt's frequency ablation) with a
 margin, and that the model is right on all p^2 pairs.
 """
