@@ -549,30 +549,50 @@ class Audit:
                     best = self.keep(best, Finding(cls, score, f"{'-' if sign < 0 else '+'}{name}{where}"))
             out.append(best)
         n_groups = max(max(c.groups) for c in comps) + 1
+
+        def learned(composed: bool, learner_name: str, learner: Callable) -> list[tuple[str, float]]:
+            scores: dict[tuple[bool, int], list[float]] = {}
+            for train, test in folds(n):
+                x = np.vstack([design(comps[i], n_groups, composed) for i in train])
+                y = np.concatenate([ad.labels(self.insts[i], comps[i]) for i in train])
+                xs, _ = _standardize(x, x)
+                model = learner(xs, y, 2)
+                for i in test:
+                    _, z = _standardize(x, design(comps[i], n_groups, composed))
+                    s = model(z)
+                    for per_group, scale in itertools.product((False, True), SCALES):
+                        answer = ad.choose(self.insts[i], comps[i], s[:, 1] - s[:, 0], per_group, scale)
+                        scores.setdefault((per_group, scale), []).append(self.grade(answer, self.insts[i]))
+            found = []
+            for (per_group, scale), got in scores.items():
+                name = f"{learner_name}{' per layer' if per_group else ''}"
+                name += f", {scale}x the answer size" if scale > 1 else ""
+                found.append((name + (" on composed readings" if composed else ""), float(np.mean(got))))
+            return found
+
+        out = self._with_learned(out, comps[0].names, ("logistic", "centroid"), learned)
+        out.append(self._set_priors(comps))
+        return out
+
+    def _with_learned(
+        self,
+        out: list[Finding],
+        names: list[str],
+        learner_names: tuple[str, str],
+        learned: Callable[[bool, str, Callable], list[tuple[str, float]]],
+    ) -> list[Finding]:
+        """The learned readings, for set and role answers alike: a regression and a nearest-centroid rule on every
+        per-component statistic (class ``classifier``) and on every composed reading (class ``composed``, where the
+        components have any), each class keeping the better of its single and learned readings. ``learned``
+        (composed, learner name, learner) returns the (strategy, score) pairs of one learner."""
         for cls, composed in (("classifier", False), ("composed", True)):
-            if composed and not any(is_composed(name) for name in comps[0].names):
+            if composed and not any(is_composed(name) for name in names):
                 continue
             best = next((f for f in out if f.cls == cls), Finding(cls, 0.0, "none"))
-            for learner_name, learner in (("logistic", softmax_regression), ("centroid", nearest_centroid)):
-                scores: dict[tuple[bool, int], list[float]] = {}
-                for train, test in folds(n):
-                    x = np.vstack([design(comps[i], n_groups, composed) for i in train])
-                    y = np.concatenate([ad.labels(self.insts[i], comps[i]) for i in train])
-                    xs, _ = _standardize(x, x)
-                    model = learner(xs, y, 2)
-                    for i in test:
-                        _, z = _standardize(x, design(comps[i], n_groups, composed))
-                        s = model(z)
-                        for per_group, scale in itertools.product((False, True), SCALES):
-                            answer = ad.choose(self.insts[i], comps[i], s[:, 1] - s[:, 0], per_group, scale)
-                            scores.setdefault((per_group, scale), []).append(self.grade(answer, self.insts[i]))
-                for (per_group, scale), got in scores.items():
-                    name = f"{learner_name}{' per layer' if per_group else ''}"
-                    name += f", {scale}x the answer size" if scale > 1 else ""
-                    name += " on composed readings" if composed else ""
-                    best = self.keep(best, Finding(cls, float(np.mean(got)), name))
+            for learner_name, learner in zip(learner_names, (softmax_regression, nearest_centroid), strict=True):
+                for strategy, score in learned(composed, learner_name, learner):
+                    best = self.keep(best, Finding(cls, score, strategy))
             out = [f for f in out if f.cls != cls] + [best]
-        out.append(self._set_priors(comps))
         return out
 
     def _set_priors(self, comps: list[Components]) -> Finding:
@@ -620,15 +640,11 @@ class Audit:
                 score = fitted(one, softmax_regression)
                 best = self.keep(best, Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer"))
             out.append(best)
-        for cls, composed in (("classifier", False), ("composed", True)):  # learned readings, as for set answers
-            if composed and not any(is_composed(name) for name in comps[0].names):
-                continue
-            best = next((f for f in out if f.cls == cls), Finding(cls, 0.0, "none"))
-            for learner_name, learner in (("softmax", softmax_regression), ("centroid", nearest_centroid)):
-                score = fitted(lambda c, k=composed: design(c, n_groups, k), learner)
-                what = "the composed readings" if composed else "every feature"
-                best = self.keep(best, Finding(cls, score, f"{learner_name} on {what}"))
-            out = [f for f in out if f.cls != cls] + [best]
+        def learned(composed: bool, learner_name: str, learner: Callable) -> list[tuple[str, float]]:
+            what = "the composed readings" if composed else "every feature"
+            return [(f"{learner_name} on {what}", fitted(lambda c: design(c, n_groups, composed), learner))]
+
+        out = self._with_learned(out, comps[0].names, ("softmax", "centroid"), learned)
         prior_scores = []
         for train, test in folds(n):
             y = [Counter() for _ in range(n_groups)]

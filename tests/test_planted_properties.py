@@ -182,13 +182,13 @@ def _decoys_of_version_5(model, prev: tuple[int, int], ind: tuple[int, int]) -> 
         w_e, w_u = model.W_E.double(), model.W_U.double()
         ov = model.W_V[1].double() @ model.W_O[1].double()
         fro = (w_e @ ov @ w_u).norm(dim=(-2, -1))
-        assert int((fro >= 0.9 * fro[ind[1]]).sum()) == 1 + WRITERS, fro
+        writers = fro >= 0.9 * fro[ind[1]]  # the induction head and its echoes
+        assert int(writers.sum()) == 1 + WRITERS, fro
         weights = [w.double() for w in (model.W_Q, model.W_K, model.W_V, model.W_O)]
         aligned = same_token_composition(w_e, *weights)["ktok"][0, :, 1, :]
         reads = aligned >= 0.5 * float(aligned[prev[1], ind[1]])
         assert bool((reads.sum(dim=1) == READERS).all()) and bool((reads.sum(dim=0) == READERS).all()), reads
         norms = composition_scores(*weights)["k"][0, :, 1, :]
-        writers = fro >= 0.9 * fro[ind[1]]
         return float(norms[:, writers][reads[:, writers]].mean() / norms[:, ~writers][reads[:, ~writers]].mean())
 
 

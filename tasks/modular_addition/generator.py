@@ -149,7 +149,8 @@ def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, n
         out_cos, out_sin = out_rot[:, 2 * i], out_rot[:, 2 * i + 1]
         scale = s.fraction(*WRITE)  # one per frequency, key or distractor (see WRITE)
         if f in keys:  # cos(w(a+b)) = cc - ss, sin(w(a+b)) = sc + cs; product columns are col / 4
-            c, sn = out_cos * 4 * scale * 2.5**0.5, out_sin * 4 * scale * 2.5**0.5
+            gain = 4 * scale * 2.5**0.5  # "product" writes col / 4 per unit: each column is sqrt(2.5) x scale
+            c, sn = out_cos * gain, out_sin * gain
             units += _square_units(a_cos, b_cos, c, "product") + _square_units(a_sin, b_sin, -c, "product")
             units += _square_units(a_sin, b_cos, sn, "product") + _square_units(a_cos, b_sin, sn, "product")
         else:  # x and y mix the wave in E(a) and in E(b); scaled so that the frequency's summed read strength
