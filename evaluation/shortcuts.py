@@ -338,9 +338,16 @@ def frequency_components(inst: Instance) -> Components:
 def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
     """Per frequency, the shape of the group of MLP units that write it (the frequency holding most of the power of
     W_U's reading of a unit's output column): how many, the spread of their write and read norms (std / mean), how
-    far their writes cancel (norm of the summed writes over the summed norms), and how far each unit's read of the
-    embedding, per input side, sits from a pure cos or sin (phase distance to a multiple of pi/2). Why: a red team
-    named modular-addition's keys from these shapes alone (issue 16), where every per-frequency power agreed."""
+    far their writes cancel (norm of the summed writes over the summed norms), the numerical rank of their writes,
+    the share of units whose write has an opposite twin in the group, how far each unit's read of the embedding,
+    per input side, sits from a pure cos or sin (phase distance to a multiple of pi/2), and how many values the
+    units' read-phase sums psi (a-side phase + b-side phase: a square's product term goes as cos(w(a + b) + psi))
+    take and where they sit: the length of the mean of e^{4 i psi} over the group, its real part (near 1 when the
+    sums are multiples of pi/2), and the length of the mean of e^{2 i psi} within each set of units that write
+    one direction (either sign). Why: red teams named modular-addition's keys from these shapes alone (issue 16):
+    version 3's column norms and pure reads, then drafts of version 4 whose keys' quads read two phase sums
+    modulo pi where a distractor's read one, or sums at multiples of pi/2 (0.98 each), where every per-frequency
+    power agreed."""
     d = m.embed.weight.shape[1]
     writes = m.unembed.weight.double() @ m.mlp.out.weight.double()  # [p, units]
     spec = torch.fft.rfft(writes, dim=0)[1 : n_f + 1]  # [n_f, units]
@@ -360,6 +367,10 @@ def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
             r["composed:group.write_spread"] = float(wn.std(unbiased=False) / wn.mean().clamp_min(1e-30))
             r["composed:group.read_spread"] = float(rn.std(unbiased=False) / rn.mean().clamp_min(1e-30))
             r["composed:group.cancel"] = float(writes[:, units].sum(dim=1).norm() / wn.sum().clamp_min(1e-30))
+            sv = torch.linalg.svdvals(writes[:, units])
+            r["composed:group.write_rank"] = float((sv >= 0.1 * sv[0]).sum())
+            unit_dirs = writes[:, units] / wn.clamp_min(1e-30)
+            r["composed:group.twins"] = float(((unit_dirs.T @ unit_dirs) < -0.99).any(dim=1).double().mean())
             phases = []
             for side in reads:
                 z = side[f, units]
@@ -368,8 +379,16 @@ def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
                 phases.append(torch.minimum(ang, torch.pi / 2 - ang))
             both = torch.cat(phases)
             r["composed:group.phase"] = float(both.mean()) if both.numel() else 0.0
+            psi = torch.angle(reads[0][f, units]) + torch.angle(reads[1][f, units])
+            r["composed:group.phase_sums"] = float(torch.exp(4j * psi).mean().abs())
+            r["composed:group.phase_sums_round"] = float(torch.cos(4 * psi).mean())  # where they sit, not how tight
+            same_dir = (unit_dirs.T @ unit_dirs).abs() > 0.9
+            per_dir = [torch.exp(2j * psi[same_dir[i]]).mean().abs() for i in range(units.numel())]
+            r["composed:group.phase_sums_per_write"] = float(torch.stack(per_dir).mean())
         else:
-            r.update({f"composed:group.{k}": 0.0 for k in ("write_spread", "read_spread", "cancel", "phase")})
+            shape = ("write_spread", "read_spread", "cancel", "write_rank", "twins", "phase", "phase_sums",
+                     "phase_sums_round", "phase_sums_per_write")  # fmt: skip
+            r.update({f"composed:group.{k}": 0.0 for k in shape})
         out.append(r)
     return out
 

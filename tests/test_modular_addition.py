@@ -10,7 +10,7 @@ import torch
 from helpers import cached_instance
 from mechsandbox.tasks import LEVELS, grade
 from mechsandbox.tasks.fourier_frequencies.generator import freq_power
-from mechsandbox.tasks.modular_addition.generator import frequency_drops
+from mechsandbox.tasks.modular_addition.generator import frequency_drops, grid_margin, logit_margin
 
 SEEDS = range(8)
 
@@ -35,6 +35,24 @@ def test_frequency_ablation_rule_holds_with_margin(level: str) -> None:
         keys = inst.truth["frequencies"]
         assert min(drops[k - 1] for k in keys) >= 0.5
         assert max(drops[k - 1] for k in range(1, len(drops) + 1) if k not in keys) <= 0.05
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_the_closed_form_margin_is_the_prompts_margin(level: str) -> None:
+    """The generator measures the ablation with grid_margin (FFT over the pair grid); it must be the prompt's
+    quantity computed from the logits, clean and with a frequency projected out."""
+    inst = cached_instance("modular-addition", 0, level)
+    tokens, p = inst.probe["tokens"], inst.probe["p"]
+    w_e = inst.model.embed.weight.detach().double()
+    k = inst.truth["frequencies"][0]
+    wave = torch.stack(
+        [torch.cos(2 * torch.pi * k * torch.arange(p) / p), torch.sin(2 * torch.pi * k * torch.arange(p) / p)], 1
+    )
+    wave = wave.double() / wave.double().norm(dim=0)
+    ablated = w_e - wave @ (wave.T @ w_e)
+    for emb in (None, ablated):
+        assert grid_margin(inst.model, emb) == pytest.approx(logit_margin(inst.model, tokens, emb), rel=1e-5, abs=1e-5)
+    assert logit_margin(inst.model, tokens, ablated) < 0.8 * logit_margin(inst.model, tokens)  # a key matters
 
 
 def _spectrum_answer(power: np.ndarray) -> list[int]:

@@ -32,10 +32,6 @@ OPEN = {
     ("copy-head", "composed"): "a logistic regression on the composed readings, trained on the other seeds, scores "
     "0.33 at medium on seeds 0-39 but 0.23 on seeds 40-79 and 0.20 on seeds 80-119 (0.21 at easy and hard, held to "
     "the limit there): the spread of a 20-seed training half; open while the test's seeds show it",
-    ("modular-addition", "composed"): "the shape of each frequency's group of MLP units (write-norm spread, how far "
-    "the writes cancel, read phases; `_unit_groups`) names the keys: a key's columns have one norm and cancel in "
-    "pairs, a distractor's are c, c, -2c, -2c (a red team's fixed thresholds 0.99, the learned composed reading "
-    "0.99); version 4 needs distractors built from the keys' own unit shapes",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset; 0.59 at easy), and a softmax regression on all composed readings "
     "(W_pos QK W_pos^T, W_E QK W_E^T, the compositions) labels 0.91 / 0.93 / 0.96; closing it needs roles whose "

@@ -27,6 +27,8 @@ only by the drawn gains.
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 
@@ -103,10 +105,12 @@ def mean_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 def _attentions(model: HookedTransformer, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
     """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions
-    in ``key``, from one clean forward pass."""
+    in ``key``, from one clean forward pass in float64. Why float64: the OV gains are calibrated from these
+    numbers and then quantised; float32 kernels round differently on different CPUs (AVX2 against AVX-512),
+    which moved some weights by one quantum, so the artifacts' bytes depended on the machine."""
     names = {f"blocks.{lay}.attn.hook_pattern" for lay, _ in heads}
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=lambda n: n in names)
+        _, cache = copy.deepcopy(model).double().run_with_cache(tokens, names_filter=lambda n: n in names)
     return [float((cache[f"blocks.{lay}.attn.hook_pattern"][:, h, -1] * key).sum(dim=1).mean()) for lay, h in heads]
 
 

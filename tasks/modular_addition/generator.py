@@ -1,24 +1,29 @@
 """Generator for modular-addition: a network that really computes (a + b) mod p by the Fourier
 multiplication algorithm, with distractor frequencies that the embedding carries at equal strength.
 
-Construction (Nanda et al.'s algorithm, written by hand instead of trained; version 3):
-- embedding: token t -> sum over frequencies f of alpha_f (cos(w_f t) c_f + sin(w_f t) s_f) + noise,
-  w_f = 2 pi f / p, for the key frequencies and three times as many distractors alike (same amplitude range), in
-  the directions of a random orthogonal basis, so neither a DFT of W_E nor its axes separate them;
+Construction (Nanda et al.'s algorithm, written by hand instead of trained; version 4):
+- embedding: token t -> sum over frequencies f of alpha_f (cos(w_f t + rho_f) c_f + sin(w_f t + rho_f) s_f)
+  + noise, w_f = 2 pi f / p, rho_f a random phase, for the key frequencies and three times as many
+  distractors alike (same amplitude range), in the directions of a random orthogonal basis, so neither a DFT of
+  W_E nor its axes separate them;
 - gated MLP over the concatenated embeddings [E(a), E(b)] whose every unit squares one direction (left =
-  right): per key, eight units compute cos(w(a + b)) and sin(w(a + b)) by the polarisation identity
-  4xy = (x + y)^2 - (x - y)^2 and write them where the unembedding reads the key's wave; per distractor,
-  eight units square mixtures of its waves in E(a) and E(b) and write, where the unembedding reads the
-  distractor's wave, columns that cancel exactly on every input ((x + y)^2 + (x - y)^2 - 2x^2 - 2y^2 = 0),
-  with read and write strengths matched to a key's;
+  right), in *phase quads*: four units that read x1 +- y1 and x2 +- y2, where (x1, x2) is the frequency's wave in
+  E(a) turned by a random angle theta and (y1, y2) its wave in E(b) turned by psi - theta, and write +-col / 4, so
+  that by 4xy = (x + y)^2 - (x - y)^2 the quad outputs col cos(w(a + b) + psi) whatever theta is. Every
+  frequency, key or distractor, has four quads (16 units), two writing each of the two directions where the
+  unembedding reads its wave, all with one column norm and reads at random phases. A key's two quads per
+  direction both sit where the unembedding reads (its wave's own random phase sigma_f), and add up; a
+  distractor's sit at phi and phi + pi from there (the same phase sum modulo pi, opposite outputs) and cancel
+  exactly on every input;
 - unembedding: logit(c) = sum over keys of A_k cos(w_k (a + b - c)), which peaks at c = (a + b) mod p,
-  plus the distractors' waves, which receive nothing.
-So every product of the weight matrices (W_U W_out, W_E L^T, their spectra) lists keys and distractors alike;
-version 1's filler units wrote into a sink the unembedding never read, and W_U W_out named the keys (0.99 in
-the shortcut audit). Only the interaction of the squares, or the stated ablation, separates them -- except, as a
-red team found after version 3, the shapes of each frequency's unit group (a key's columns have one norm and cancel
-in pairs, a distractor's are c, c, -2c, -2c; a key's units read pure cos / sin directions): the audit reads them
-(`composed:group.*`), an open finding in docs/TASKS.md, for version 4.
+  plus the distractors' waves (cos(w_f c + sigma_f), sin(w_f c + sigma_f)), which receive nothing.
+So every product of the weight matrices (W_U W_out, W_E L^T, their spectra) lists keys and distractors alike, and
+so do the shapes of each frequency's unit group (how many units, their norms, how far the columns cancel, the
+read phases and their sums modulo pi, the write rank): version 3's keys had one column norm and read pure
+cos / sin directions while a distractor's columns were c, c, -2c, -2c, which named the keys (0.99, issue 16).
+What separates a key from a distractor is whether its quads' outputs add or cancel, which only the whole path
+W_E -> squares -> W_out -> W_U shows (each unit's direct effect on the correct logit, or the stated ablation
+done in closed form), or the ablation itself.
 The generator checks the answer's operational definition (the prompt's frequency ablation) with a
 margin, and that the model is right on all p^2 pairs.
 """
@@ -36,20 +41,19 @@ from ..schemas import frequency_schema
 from . import prompt
 
 TASK_ID = "modular-addition"
-VERSION = "3"
+VERSION = "4"
 K_MAX = 5
 DISTRACTORS = 3  # per key: the embedding's strong frequencies then hold one key in four, so listing them all scores
 # Jaccard 0.25 (version 2 had two per key: all of them scored 0.33, and twice the answer size about 0.35-0.39)
 LEVELS = {  # primes, keys (lo, hi), d_model, d_mlp, noise
-    # (every frequency read and written by 8 square units; the dense noise is lower than version 1's
+    # (every frequency read and written by 16 square units; the dense noise is lower than version 1's
     # 0.002/0.004/0.006 because squares amplify it and the model must stay exact)
-    "easy": ((53, 59, 61), (2, 3), 24, 96, 0.001),
-    "medium": ((67, 71, 73, 79, 83), (3, 4), 32, 128, 0.0015),
-    "hard": ((89, 97, 101, 103, 107, 109, 113), (3, 5), 40, 160, 0.002),
+    "easy": ((53, 59, 61), (2, 3), 24, 192, 0.001),
+    "medium": ((67, 71, 73, 79, 83), (3, 4), 32, 256, 0.0015),
+    "hard": ((89, 97, 101, 103, 107, 109, 113), (3, 5), 40, 320, 0.002),
 }
-WRITE = (0.12, 0.19)  # the scale of a distractor's zero-sum columns; a key's product columns get sqrt(2.5) x one
-# draw from it, so the write power per frequency (key: 8 s^2, distractor: 20 c^2) has one distribution (version 2
-# fixed a key's at 1/4: W_U W_out's power ranked keys apart)
+WRITE = (0.12, 0.19)  # the output strength of a key, per unit of sqrt(2.5) x 4 (version 3's), drawn for every
+# frequency, key or distractor, so the column norms have one distribution (see _frequency_units)
 KEY_RULE, OTHER_RULE = 0.4, 0.15  # stated in the prompt
 KEY_MARGIN, OTHER_MARGIN = 0.5, 0.05  # enforced by the generator
 
@@ -59,42 +63,56 @@ def answer_schema(level: str, p: int | None = None) -> dict:
 
 
 def logit_margin(model: ModAddMLP, tokens: torch.Tensor, w_e: torch.Tensor | None = None) -> float:
-    """Mean over pairs of logit(correct c) - mean logit: the quantity the prompt's ablation measures.
-
-    Computed without the [pairs, p] logits: the MLP's inputs are per-token parts (left(x) = L_a E(a) + L_b E(b) +
-    bias), and only the correct logit and the mean logit are needed, so a call costs O(pairs x d_mlp), not
-    O(pairs x d_mlp x p) (the generator calls it once per frequency)."""
+    """Mean over pairs of logit(correct c) - mean logit, with the embedding replaced by ``w_e`` if given: the
+    quantity the prompt's ablation measures, computed from the logits as the prompt states it (the generator uses
+    :func:`grid_margin`, the same number in closed form; the tests hold one to the other)."""
     p = model.embed.num_embeddings
-    d = model.embed.embedding_dim
+    with torch.no_grad():
+        e = model.embed.weight if w_e is None else w_e.to(model.embed.weight.dtype)
+        logits = model.unembed(model.mlp(e[tokens].flatten(-2)))
+        correct = logits.gather(1, ((tokens[:, 0] + tokens[:, 1]) % p)[:, None])[:, 0]
+    return float((correct - logits.mean(dim=1)).mean())
+
+
+def grid_margin(model: ModAddMLP, w_e: torch.Tensor | None = None) -> float:
+    """:func:`logit_margin` over all p^2 pairs, in float64 and in O(d_mlp p log p): unit j adds
+    (u_j(a) + v_j(b)) (u'_j(a) + v'_j(b)) gain_j((a + b) mod p), whose sum over the grid is, for the u u' and v v'
+    terms, their sum over tokens times the sum of gain_j, and for the cross terms a circular convolution of
+    u_j with v'_j (and v_j with u'_j) read against gain_j, done by FFT."""
+    p, d = model.embed.num_embeddings, model.embed.embedding_dim
     mlp = model.mlp
     with torch.no_grad():
-        e = model.embed.weight if w_e is None else w_e
-        a, b = tokens[:, 0], tokens[:, 1]
-        parts = []
-        for lin in (mlp.left, mlp.right):
-            per_a, per_b = e @ lin.weight[:, :d].T, e @ lin.weight[:, d:].T
-            parts.append(per_a[a] + per_b[b] + lin.bias)
-        resid = mlp.out(parts[0] * parts[1])
-        w_u = model.unembed.weight
-        target = (a + b) % p
-        correct = (resid * w_u[target]).sum(dim=1)
-        mean = resid @ w_u.mean(dim=0)
-    return float((correct - mean).mean())
+        e = (model.embed.weight if w_e is None else w_e).double()
+        (u, v), (u2, v2) = (
+            (e @ lin.weight[:, :d].double().T + lin.bias.double(), e @ lin.weight[:, d:].double().T)
+            for lin in (mlp.left, mlp.right)
+        )  # [p, units] each: the a side (with the bias) and the b side
+        w_u = model.unembed.weight.double()
+        gain = (w_u - w_u.mean(dim=0)) @ mlp.out.weight.double()  # [p, units]
+        diagonal = ((u * u2).sum(dim=0) + (v * v2).sum(dim=0)) * gain.sum(dim=0)
+        conv = torch.fft.irfft(
+            torch.fft.rfft(u, dim=0) * torch.fft.rfft(v2, dim=0) + torch.fft.rfft(v, dim=0) * torch.fft.rfft(u2, dim=0),
+            n=p,
+            dim=0,
+        )  # [p, units]: sum over a of (u(a) v'(c - a) + v(c - a) u'(a)) at each c
+        total = diagonal.sum() + (conv * gain).sum()  # the out bias meets the centred W_U, which sums to zero
+    return float(total / p**2)
 
 
 def frequency_drops(model: ModAddMLP, tokens: torch.Tensor) -> np.ndarray:
-    """Drop of :func:`logit_margin` when frequency k (1..(p-1)/2) is projected out of the embedding
-    along the token axis, for every k."""
+    """Drop of :func:`logit_margin` over all pairs (``tokens`` is the full grid, as in the probe) when frequency
+    k (1..(p-1)/2) is projected out of the embedding along the token axis, for every k."""
     p = model.embed.num_embeddings
+    if tokens.shape[0] != p * p:
+        raise ValueError("frequency_drops measures the margin over all p^2 pairs")
     w_e = model.embed.weight.detach().double()
-    clean = logit_margin(model, tokens)
+    clean = grid_margin(model)
     t = torch.arange(p, dtype=torch.float64)
     drops = []
     for k in range(1, (p - 1) // 2 + 1):
         basis = torch.stack([torch.cos(2 * torch.pi * k * t / p), torch.sin(2 * torch.pi * k * t / p)], dim=1)
         basis = basis / basis.norm(dim=0)
-        ablated = (w_e - basis @ (basis.T @ w_e)).float()
-        drops.append(clean - logit_margin(model, tokens, ablated))
+        drops.append(clean - grid_margin(model, w_e - basis @ (basis.T @ w_e)))
     return np.array(drops)
 
 
@@ -102,41 +120,65 @@ def _pairs(p: int) -> torch.Tensor:
     return torch.cartesian_prod(torch.arange(p), torch.arange(p))
 
 
-def _square_units(x: np.ndarray, y: np.ndarray, col: np.ndarray, kind: str) -> list[tuple]:
-    """Units as squares of one input direction (left = right), by the polarisation identities:
-    ``product``: (x + y)^2 - (x - y)^2 = 4 x y, written as col (x y); ``zero``:
-    (x + y)^2 + (x - y)^2 - 2 x^2 - 2 y^2 = 0, four units writing col-sized columns that cancel on every input.
-    Each entry: (direction, output column)."""
-    if kind == "product":
-        return [(x + y, col / 4), (x - y, -col / 4)]
-    return [(x + y, col), (x - y, col), (x, -2 * col), (y, -2 * col)]
+def _product_units(x: np.ndarray, y: np.ndarray, col: np.ndarray) -> list[tuple]:
+    """Two square units (left = right) that output col x y, by 4xy = (x + y)^2 - (x - y)^2. Each entry:
+    (direction, output column)."""
+    return [(x + y, col / 4), (x - y, -col / 4)]
 
 
-READ_SCALE = (8 / 12) ** 0.5  # a zero quadruple reads |x+y|^2 + |x-y|^2 + |x|^2 + |y|^2 = 3 (|x|^2 + |y|^2) per side
+def _turn(c: np.ndarray, s_: np.ndarray, angle: float) -> tuple[np.ndarray, np.ndarray]:
+    """Reading directions of the wave (c, s) turned by angle: with z = c + i s, Re and Im of z e^{i angle}."""
+    return np.cos(angle) * c - np.sin(angle) * s_, np.sin(angle) * c + np.cos(angle) * s_
 
 
-def _mixture(s: Stream, cos_dir: np.ndarray, sin_dir: np.ndarray) -> np.ndarray:
-    """A random unit-strength mixture of a frequency's cos and sin reading directions."""
-    phase = 2 * np.pi * s.fraction(0.0, 1.0)
-    return np.cos(phase) * cos_dir + np.sin(phase) * sin_dir
+def _phase_quad(s: Stream, sides: tuple, psi: float, col: np.ndarray) -> list[tuple]:
+    """Four units that output col cos(w(a + b) + psi): with alpha = e^{i w a} and beta = e^{i w b},
+    Re(alpha e^{i theta} beta e^{i (psi - theta)}) = x1 y1 - x2 y2 for a random theta, so the reads sit at random
+    phases while the output does not depend on theta."""
+    a_cos, a_sin, b_cos, b_sin = sides
+    theta = 2 * np.pi * s.fraction(0.0, 1.0)
+    x1, x2 = _turn(a_cos, a_sin, theta)
+    y1, y2 = _turn(b_cos, b_sin, psi - theta)
+    return _product_units(x1, y1, col) + _product_units(x2, y2, -col)
+
+
+def _frequency_units(s: Stream, sides: tuple, outs: tuple, key: bool, shift: float) -> list[tuple]:
+    """A frequency's 16 units: per output direction (the unembedding reads cos(w c + sigma) on outs[0],
+    sin(w c + sigma) on outs[1]: phases tau = 0 and -pi/2), two phase quads of one column norm. The embedding's
+    wave carries its own phase rho, so a quad at psi outputs cos(w(a + b) + 2 rho + psi); ``shift`` is
+    sigma - 2 rho, which lines a quad up with the unembedding. A key's two quads both sit at tau + shift and add
+    up; a distractor's sit at tau + shift + phi and tau + shift + phi + pi (phi drawn once per frequency) and
+    cancel on every input. Either way the two quads read the same phase sum modulo pi (a draft whose key quads sat
+    at tau +- phi showed two where every distractor showed one: 0.98 for a red team), and the phase sum a
+    key's units read is sigma + tau, random with sigma (with sigma = rho = 0 the keys read multiples of pi/2:
+    0.98 for the next red team), so only the unembedding's phase tells it apart."""
+    scale = s.fraction(*WRITE) * 2.5**0.5  # the output strength version 3's keys had
+    col = 2 * scale  # a quad writes col x y (unit columns col / 4); a key's two quads add up to 4 x scale
+    phi = 2 * np.pi * s.fraction(0.0, 1.0)
+    units: list[tuple] = []
+    for out_dir, tau in zip(outs, (0.0, -np.pi / 2), strict=True):
+        for psi in (tau + shift,) * 2 if key else (tau + shift + phi, tau + shift + phi + np.pi):
+            units += _phase_quad(s, sides, psi, out_dir * col)
+    return units
 
 
 def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, noise: float) -> ModAddMLP:
-    """Every unit squares one direction of [E(a), E(b)] (left = right). A key's eight units compute
-    cos(w(a + b)) and sin(w(a + b)) from its waves in E(a) and E(b) and write them where the unembedding reads
-    the key's wave. A distractor's eight units square mixtures of its waves in E(a) and E(b) and write, into
-    the directions where the unembedding reads the distractor's wave, columns that cancel exactly on every
-    input (two zero quadruples). So every frequency in the embedding is read by the MLP and every one the MLP
-    writes is read by the unembedding, at matched strengths: products of the weight matrices list keys and
-    distractors alike (the shortcut audit's ``composed`` class), and only the interaction of the squares (or an
-    intervention) tells them apart."""
+    """Every unit squares one direction of [E(a), E(b)] (left = right); every frequency gets the 16 units of
+    :func:`_frequency_units`, whose quads add up (a key: cos(w(a + b)) and sin(w(a + b)) where the unembedding
+    reads the key's wave) or cancel on every input (a distractor). So every frequency in the embedding is read by
+    the MLP and every one the MLP writes is read by the unembedding, at matched strengths and in groups of one
+    shape: products of the weight matrices and the unit groups' shapes list keys and distractors alike (the
+    shortcut audit's ``composed`` class), and only the interaction of the squares (or an intervention) tells them
+    apart."""
     freqs = keys + dis
     amp = {f: s.fraction(0.8, 1.0) for f in freqs}
+    rho = {f: 2 * np.pi * s.fraction(0.0, 1.0) for f in freqs}  # the embedding's phase per frequency
+    sigma = {f: 2 * np.pi * s.fraction(0.0, 1.0) for f in freqs}  # the unembedding's
     rot = s.orthogonal(d)  # embedding directions: columns 2i, 2i+1 for frequency i
     t = np.arange(p)[:, None]
     w_e = np.zeros((p, d))
     for i, f in enumerate(freqs):
-        w = 2 * np.pi * f * t / p
+        w = 2 * np.pi * f * t / p + rho[f]
         w_e += amp[f] * (np.cos(w) * rot[:, 2 * i] + np.sin(w) * rot[:, 2 * i + 1])
     # output directions (columns of out_rot): 2i, 2i+1 carry frequency i's cos/sin wave for the unembedding
     out_rot = s.orthogonal(d)
@@ -144,20 +186,10 @@ def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, n
     zero = np.zeros(d)
     for i, f in enumerate(freqs):
         cos_d, sin_d = rot[:, 2 * i] / amp[f], rot[:, 2 * i + 1] / amp[f]
-        a_cos, a_sin = np.concatenate([cos_d, zero]), np.concatenate([sin_d, zero])  # read from E(a)
-        b_cos, b_sin = np.concatenate([zero, cos_d]), np.concatenate([zero, sin_d])  # read from E(b)
-        out_cos, out_sin = out_rot[:, 2 * i], out_rot[:, 2 * i + 1]
-        scale = s.fraction(*WRITE)  # one per frequency, key or distractor (see WRITE)
-        if f in keys:  # cos(w(a+b)) = cc - ss, sin(w(a+b)) = sc + cs; product columns are col / 4
-            gain = 4 * scale * 2.5**0.5  # "product" writes col / 4 per unit: each column is sqrt(2.5) x scale
-            c, sn = out_cos * gain, out_sin * gain
-            units += _square_units(a_cos, b_cos, c, "product") + _square_units(a_sin, b_sin, -c, "product")
-            units += _square_units(a_sin, b_cos, sn, "product") + _square_units(a_cos, b_sin, sn, "product")
-        else:  # x and y mix the wave in E(a) and in E(b); scaled so that the frequency's summed read strength
-            # matches a key's (8 unit-norm parts per side)
-            for out_dir in (out_cos, out_sin):
-                x, y = (_mixture(s, a_cos, a_sin) + _mixture(s, b_cos, b_sin) for _ in range(2))
-                units += _square_units(x * READ_SCALE, y * READ_SCALE, out_dir * scale, "zero")
+        sides = (np.concatenate([cos_d, zero]), np.concatenate([sin_d, zero]),  # read from E(a)
+                 np.concatenate([zero, cos_d]), np.concatenate([zero, sin_d]))  # read from E(b)  # fmt: skip
+        outs = (out_rot[:, 2 * i], out_rot[:, 2 * i + 1])
+        units += _frequency_units(s, sides, outs, f in keys, sigma[f] - 2 * rho[f])
     if len(units) > h:
         raise ValueError(f"{len(units)} units do not fit in d_mlp={h}")
     while len(units) < h:  # squares of random embedding directions, written where nothing reads
@@ -172,7 +204,7 @@ def _build(s: Stream, p: int, keys: list[int], dis: list[int], d: int, h: int, n
     w_u = np.zeros((d, p))
     c = np.arange(p)[None, :]
     for i, f in enumerate(freqs):
-        w = 2 * np.pi * f * c / p
+        w = 2 * np.pi * f * c / p + sigma[f]
         w_u += s.fraction(0.85, 1.0) * (np.cos(w) * out_rot[:, 2 * i, None] + np.sin(w) * out_rot[:, 2 * i + 1, None])
     model = ModAddMLP(p, d, h)
     values = {
