@@ -37,7 +37,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "copy-head"
-VERSION = "2"
+VERSION = "3"
 N_LAYERS, N_HEADS, D_HEAD, N_CTX = 2, 12, 16, 12
 LEVELS = {"easy": (32, 0.0), "medium": (40, 0.01), "hard": (48, 0.02)}  # vocab, noise
 N_FLAGS, N_SCR, N_PROBE = 4, 16, 96
@@ -85,7 +85,7 @@ def generate(seed: int, level: str) -> Instance:
     copy_job = (s.fraction(5.0, 6.0), s.fraction(2.5, 3.5))
     plans = []
     for _ in range(N_LAYERS):
-        readers = [(s.between(6, 10), s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(s.between(*READERS))]
+        readers = [(n_marked, s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(s.between(*READERS))]
         copiers = []
         for _ in range(s.between(*COPIERS)):
             on_self = s.below(2) == 0
