@@ -42,6 +42,7 @@ from ..results import ResultsUnavailable
 from . import clients
 from .episode import EpisodeError
 from .limits import RequestLimits
+from .mcp import McpRoute
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
 from .service import CapacityError, Service
 from .settings import ServerSettings
@@ -333,8 +334,11 @@ def create_app(service: Service | None = None) -> FastAPI:
     )
     service.ws_count = lambda: server.active_sessions
     service.ws_ids = lambda: list(server._sessions)
+    mcp_route = McpRoute(server)
+    mcp_route.register(app)  # before OpenEnv's POST /mcp, which it shadows (server/mcp.py says why)
     server.register_routes(app)
-    drop_shadowed_routes(app)  # OpenEnv's own /reset, /step, /state and /health, behind ours
+    # OpenEnv's own /reset, /step, /state, /health and POST /mcp, behind ours; /mcp forwards session methods to it
+    mcp_route.capture(drop_shadowed_routes(app))
     publish_schemas(app, (ResetRequest, StepRequest, RunRequest))
 
     reapers: list[asyncio.Task[None]] = []

@@ -10,7 +10,8 @@ framework-free ``Service``/``Episode``; all rules live in ``episode.py``.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import TYPE_CHECKING, Any
 
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
@@ -22,6 +23,9 @@ from ..tasks import LEVELS, families
 from .episode import Episode, EpisodeError
 from .service import Service
 from .splits import SPLITS
+
+if TYPE_CHECKING:
+    from .tools import EpisodeTools
 
 ENV_NAME = "mechsandbox"
 DESCRIPTION = (
@@ -71,6 +75,13 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         self.service.check_rate(self.episode)
         payload = action.model_dump(include=set(ACTION_FIELDS))
         return MechSandboxObservation(**self.episode.step(payload))
+
+    @functools.cached_property
+    def tools(self) -> EpisodeTools:
+        """The tool-calling surface over this environment's episode (server/tools.py; MCP's tools/call)."""
+        from .tools import EpisodeTools  # tools.py imports this module
+
+        return EpisodeTools(self)
 
     @property
     def state(self) -> MechSandboxState:

@@ -1,0 +1,133 @@
+"""POST /mcp: MCP's JSON-RPC over plain HTTP (no handshake needed), serving the four episode tools of
+``server/tools.py`` for an OpenEnv session's environment.
+
+Why our own route in front of OpenEnv's: OpenEnv 0.10's handler answers ``tools/list`` with "Environment does not
+support MCP" unless the environment carries a FastMCP client, and reports every failure (unknown tool, a missing
+argument, a tool's own refusal) as -32603 with pydantic's multi-line text. Here the errors follow MCP: a malformed
+message is a JSON-RPC error (-32700 parse, -32600 invalid request, -32601 unknown method, -32602 unknown tool,
+unknown session or params that are not an object), and a tool that refuses (bad arguments, an episode rule) is a
+result with ``isError: true`` and one line of text, which the model sees. OpenEnv's session methods
+(``openenv/session/create`` / ``close``) still go to its handler, so sessions, the shared session cap, the
+per-client quota and the idle reapers are the WebSocket path's.
+
+A ``tools/call`` names its session (``params.session_id``): a call without one would run on a throwaway
+environment outside the session cap, so it is refused. Calls of one session run one at a time on that session's
+executor thread (the sandbox blocks), as OpenEnv runs a WebSocket session's steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from .. import BENCHMARK_VERSION
+from ..protocol import one_line
+from .tools import EpisodeTools, ToolError, ToolResult
+
+PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
+PROTOCOL_VERSION = "2025-06-18"  # the MCP revision whose message shapes this route follows
+SESSION_METHODS = ("openenv/session/create", "openenv/session/close")
+RESULT_FIELDS = ("task_id", "level", "split", "step", "max_steps", "done", "truncated", "score")
+
+Endpoint = Callable[[Request], Awaitable[Any]]
+
+
+def rpc_result(request_id: Any, result: dict[str, Any]) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def rpc_error(request_id: Any, code: int, message: str) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": one_line(message)}})
+
+
+def tool_result(result: ToolResult | None, error: str | None = None) -> dict[str, Any]:
+    """An MCP ``CallToolResult``; ``data`` repeats the text for OpenEnv's ``MCPToolClient.call_tool``."""
+    if error is not None:
+        return {"content": [{"type": "text", "text": error}], "isError": True, "data": error}
+    assert result is not None
+    state = {k: result.observation.get(k) for k in RESULT_FIELDS}
+    return {"content": [{"type": "text", "text": result.text}], "isError": False, "structuredContent": state,
+            "data": result.text}  # fmt: skip
+
+
+class McpRoute:
+    """Our POST /mcp; ``forward`` is OpenEnv's POST /mcp endpoint, set once OpenEnv's routes exist."""
+
+    def __init__(self, server: Any):
+        self.server = server  # SharedCapServer: its session table and executors
+        self.forward: Endpoint | None = None
+
+    def capture(self, dropped: list[BaseRoute]) -> None:
+        """Keep OpenEnv's POST /mcp (shadowed by ours, so ``drop_shadowed_routes`` took it out) to forward to."""
+        for route in dropped:
+            if isinstance(route, Route) and route.path == "/mcp" and "POST" in (route.methods or ()):
+                self.forward = route.endpoint
+        if self.forward is None:
+            raise RuntimeError("OpenEnv's POST /mcp route was not found: the session methods would have no handler")
+
+    def register(self, app: FastAPI) -> None:
+        @app.post(
+            "/mcp",
+            tags=["MCP"],
+            summary="MCP JSON-RPC over HTTP: tools/list, tools/call (the episode tools) and OpenEnv's session methods",
+        )
+        async def mcp(request: Request) -> Response:
+            return await self.handle(request)
+
+    async def handle(self, request: Request) -> Response:
+        try:
+            message = json.loads(await request.body())
+        except (ValueError, RecursionError):
+            return rpc_error(None, PARSE_ERROR, "parse error: the body is not valid JSON")
+        valid = isinstance(message, dict) and message.get("jsonrpc") == "2.0"
+        if not valid or not isinstance(message.get("method"), str):
+            rid = message.get("id") if isinstance(message, dict) else None
+            return rpc_error(rid, INVALID_REQUEST, 'invalid request: send one JSON-RPC 2.0 object with a "method"')
+        method, rid = message["method"], message.get("id")
+        if "id" not in message:  # a notification (e.g. notifications/initialized): nothing to answer
+            return Response(status_code=202)
+        params = message.get("params")
+        params = {} if params is None else params
+        if not isinstance(params, dict):
+            return rpc_error(rid, INVALID_PARAMS, "params must be an object")
+        if method in SESSION_METHODS:
+            assert self.forward is not None
+            return await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
+        if method == "initialize":
+            return rpc_result(rid, {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {}},
+                                    "serverInfo": {"name": "mechsandbox", "version": BENCHMARK_VERSION}})  # fmt: skip
+        if method == "ping":
+            return rpc_result(rid, {})
+        if method == "tools/list":
+            return rpc_result(rid, {"tools": EpisodeTools.specs()})
+        if method == "tools/call":
+            return await self.call(rid, params)
+        known = ", ".join(("initialize", "ping", "tools/list", "tools/call", *SESSION_METHODS))
+        return rpc_error(rid, METHOD_NOT_FOUND, f"method not found: {method!r} (this endpoint answers {known})")
+
+    async def call(self, rid: Any, params: dict[str, Any]) -> Response:
+        name, session_id = params.get("name"), params.get("session_id")
+        if not isinstance(name, str) or name not in EpisodeTools.MODELS:
+            tools = ", ".join(EpisodeTools.MODELS)
+            return rpc_error(rid, INVALID_PARAMS, f"unknown tool {name!r}; the tools are {tools}")
+        if not isinstance(session_id, str) or not session_id:
+            return rpc_error(rid, INVALID_PARAMS, "params.session_id is required: open one with openenv/session/create")
+        env = self.server._sessions.get(session_id)
+        executor = self.server._session_executors.get(session_id)
+        if env is None or executor is None:
+            return rpc_error(rid, INVALID_PARAMS, f"unknown or closed session_id {session_id[:12]!r}")
+        self.server._update_session_activity(session_id, increment_step=name != "describe_task")
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(executor, env.tools.call, name, params.get("arguments"))
+        except ToolError as exc:
+            return rpc_result(rid, tool_result(None, str(exc)))
+        except Exception as exc:  # a server fault (the results database down...): an error, and the server stays up
+            return rpc_error(rid, INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+        return rpc_result(rid, tool_result(result))
