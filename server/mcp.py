@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .. import BENCHMARK_VERSION
@@ -33,17 +33,40 @@ from .tools import EpisodeTools, ToolError, ToolResult
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 PROTOCOL_VERSION = "2025-06-18"  # the MCP revision whose message shapes this route follows
 SESSION_METHODS = ("openenv/session/create", "openenv/session/close")
+MAX_MESSAGE = 500  # characters of an error message (a forwarded one may echo a client's huge value)
+ENVELOPE = {"jsonrpc", "id", "method", "params"}
 RESULT_FIELDS = ("task_id", "level", "split", "step", "max_steps", "done", "truncated", "score")
 
 Endpoint = Callable[[Request], Awaitable[Any]]
 
 
-def rpc_result(request_id: Any, result: dict[str, Any]) -> JSONResponse:
-    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+class RpcResponse(Response):
+    """JSON with every non-ASCII character escaped: an id or a message holding a lone surrogate (valid in JSON
+    text, not in UTF-8) is echoed as an escape instead of failing the encoder (a red team's HTTP 500)."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
 
 
-def rpc_error(request_id: Any, code: int, message: str) -> JSONResponse:
-    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": one_line(message)}})
+def rpc_result(request_id: Any, result: dict[str, Any]) -> Response:
+    return RpcResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def rpc_error(request_id: Any, code: int, message: str) -> Response:
+    text = one_line(message)
+    text = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
+    return RpcResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}})
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def valid_id(value: Any) -> bool:
+    """JSON-RPC ids are strings, integers or null (no floats, booleans or structures)."""
+    return value is None or isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def tool_result(result: ToolResult | None, error: str | None = None) -> dict[str, Any]:
@@ -81,15 +104,20 @@ class McpRoute:
             return await self.handle(request)
 
     async def handle(self, request: Request) -> Response:
+        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":  # also keeps browsers' cross-origin "simple requests" out
+            return rpc_error(None, INVALID_REQUEST, "invalid request: send it as content-type application/json")
         try:
-            message = json.loads(await request.body())
+            message = json.loads(await request.body(), parse_constant=_no_constants)
         except (ValueError, RecursionError):
             return rpc_error(None, PARSE_ERROR, "parse error: the body is not valid JSON")
         valid = isinstance(message, dict) and message.get("jsonrpc") == "2.0"
         if not valid or not isinstance(message.get("method"), str):
-            rid = message.get("id") if isinstance(message, dict) else None
+            rid = message.get("id") if isinstance(message, dict) and valid_id(message.get("id")) else None
             return rpc_error(rid, INVALID_REQUEST, 'invalid request: send one JSON-RPC 2.0 object with a "method"')
         method, rid = message["method"], message.get("id")
+        if not valid_id(rid):
+            return rpc_error(None, INVALID_REQUEST, "invalid request: the id must be a string, an integer or null")
         if "id" not in message:  # a notification (e.g. notifications/initialized): nothing to answer
             return Response(status_code=202)
         params = message.get("params")
@@ -97,8 +125,7 @@ class McpRoute:
         if not isinstance(params, dict):
             return rpc_error(rid, INVALID_PARAMS, "params must be an object")
         if method in SESSION_METHODS:
-            assert self.forward is not None
-            return await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
+            return await self.session_method(request, message, params)
         if method == "initialize":
             return rpc_result(rid, {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {}},
                                     "serverInfo": {"name": "mechsandbox", "version": BENCHMARK_VERSION}})  # fmt: skip
@@ -111,6 +138,27 @@ class McpRoute:
         known = ", ".join(("initialize", "ping", "tools/list", "tools/call", *SESSION_METHODS))
         return rpc_error(rid, METHOD_NOT_FOUND, f"method not found: {method!r} (this endpoint answers {known})")
 
+    async def session_method(self, request: Request, message: dict[str, Any], params: dict[str, Any]) -> Response:
+        """OpenEnv's session methods, checked here first (its handler answers other shapes with pydantic's
+        multi-line report, and a structured session_id crashed it), then forwarded; its errors come back in one
+        line."""
+        rid = message["id"]
+        if set(message) - ENVELOPE:
+            extra = sorted(set(message) - ENVELOPE)[0]
+            return rpc_error(rid, INVALID_REQUEST, f"invalid request: unexpected member {extra!r}")
+        if message["method"] == "openenv/session/close":
+            sid = params.get("session_id")
+            if not isinstance(sid, str) or not 0 < len(sid) <= 128 or not sid.isprintable():
+                return rpc_error(rid, INVALID_PARAMS, "params.session_id must be the id openenv/session/create gave")
+        assert self.forward is not None
+        reply = await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
+        if isinstance(reply, dict) and isinstance(reply.get("error"), dict):
+            error = reply["error"]
+            return rpc_error(rid, int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "error")))
+        if isinstance(reply, dict):  # OpenEnv dumps both members; JSON-RPC wants one of result and error
+            return RpcResponse({k: v for k, v in reply.items() if not (k == "error" and v is None)})
+        return reply
+
     async def call(self, rid: Any, params: dict[str, Any]) -> Response:
         name, session_id = params.get("name"), params.get("session_id")
         if not isinstance(name, str) or name not in EpisodeTools.MODELS:
@@ -122,7 +170,7 @@ class McpRoute:
         executor = self.server._session_executors.get(session_id)
         if env is None or executor is None:
             return rpc_error(rid, INVALID_PARAMS, f"unknown or closed session_id {session_id[:12]!r}")
-        self.server._update_session_activity(session_id, increment_step=name != "describe_task")
+        self.server._update_session_activity(session_id)
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(executor, env.tools.call, name, params.get("arguments"))
@@ -130,4 +178,6 @@ class McpRoute:
             return rpc_result(rid, tool_result(None, str(exc)))
         except Exception as exc:  # a server fault (the results database down...): an error, and the server stays up
             return rpc_error(rid, INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+        # a step for OpenEnv's reapers only once a call ran: refused calls must not keep a never-used session alive
+        self.server._update_session_activity(session_id, increment_step=name != "describe_task")
         return rpc_result(rid, tool_result(result))

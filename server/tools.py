@@ -113,7 +113,7 @@ def _one_line(exc: ValidationError) -> str:
     for err in exc.errors():
         where = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(f"{where}: {msg}")
+        parts.append(msg if msg.startswith(f"{where}:") else f"{where}: {msg}")  # the action's own name the field
     return "; ".join(parts)
 
 
@@ -161,7 +161,8 @@ class EpisodeTools:
         try:
             return handler(args)
         except (EpisodeError, RuntimeError) as exc:
-            raise ToolError(f"{name}: {' '.join(str(exc).split())}") from None
+            message = " ".join(str(exc).split()).replace("call reset", "call start_episode")
+            raise ToolError(f"{name}: {message}") from None
 
     # -- the tools ----------------------------------------------------------------------------------------------
     def _start_episode(self, args: StartEpisode) -> ToolResult:
@@ -186,19 +187,14 @@ class EpisodeTools:
         except ValidationError as exc:
             raise ToolError(f"submit_answer: {_one_line(exc)}") from None
         obs = self._step(action)
-        text = obs["stdout_or_error"]
-        if obs.get("truth") is not None:  # train episodes reveal the truth once they are over
-            text += f"\ntruth: {json.dumps(obs['truth'], default=str)}"
-            if obs.get("feedback"):
-                text += f"\nfeedback: {obs['feedback']}"
-        return ToolResult(self._with_status(text, obs), obs)
+        return ToolResult(self._with_status(obs["stdout_or_error"], obs), obs)
 
     def _describe_task(self, args: DescribeTask) -> ToolResult:
         if self.task is None:
             raise ToolError("describe_task: no episode yet; call start_episode first")
         state = self.env.state.model_dump()
         obs = {**self.last, **{k: state[k] for k in ("done", "truncated", "score") if k in state}}
-        return ToolResult(self._task_text(self.task) + "\n\n" + self._status(obs), obs)
+        return ToolResult(self._task_text(self.task) + "\n\n" + self._status(obs) + self._revealed(obs), obs)
 
     # -- helpers ------------------------------------------------------------------------------------------------
     def _step(self, action: MechSandboxAction) -> dict[str, Any]:
@@ -226,4 +222,12 @@ class EpisodeTools:
         return f"[step {obs.get('step', 0)} of {obs.get('max_steps', 0)}]"
 
     def _with_status(self, text: str, obs: dict[str, Any]) -> str:
-        return f"{text.rstrip()}\n{self._status(obs)}"
+        return f"{text.rstrip()}\n{self._status(obs)}{self._revealed(obs)}"
+
+    @staticmethod
+    def _revealed(obs: dict[str, Any]) -> str:
+        """A train episode's truth (and feedback) once it is over, however it ended; nothing otherwise."""
+        if obs.get("truth") is None:
+            return ""
+        text = f"\ntruth: {json.dumps(obs['truth'], default=str)}"
+        return text + (f"\nfeedback: {obs['feedback']}" if obs.get("feedback") else "")

@@ -139,6 +139,12 @@ def call_body(name: str, **params: object) -> bytes:
         (call_body("reset"), -32602, "unknown tool 'reset'"),
         (call_body("run_python"), -32602, "session_id"),
         (call_body("run_python", session_id="nope"), -32602, "unknown"),
+        (b'{"jsonrpc": "2.0", "id": NaN, "method": "ping"}', -32700, "parse error"),  # (a red team's HTTP 500s)
+        (rpc_body("ping", {}, id=1.5), -32600, "the id must be"),
+        (rpc_body("openenv/session/close", {"session_id": [1]}), -32602, "session_id"),
+        (rpc_body("openenv/session/close", {"session_id": "a\nb"}), -32602, "session_id"),
+        (rpc_body("openenv/session/create", {}, extra=1), -32600, "unexpected member 'extra'"),
+        (rpc_body("openenv/session/close", {"session_id": "x" * 100}), -32602, "Unknown session_id"),
     ],
 )
 def test_bad_messages_are_jsonrpc_errors(server, body, code, message) -> None:
@@ -146,6 +152,17 @@ def test_bad_messages_are_jsonrpc_errors(server, body, code, message) -> None:
     assert response.status_code == 200
     error = response.json()["error"]
     assert error["code"] == code and message in error["message"] and "\n" not in error["message"]
+
+
+def test_odd_but_valid_messages_get_json_answers(server) -> None:
+    """A lone surrogate in the id is echoed as an escape (it failed the UTF-8 encoder before); a body that is not
+    declared as JSON is refused (a browser's cross-origin simple request cannot declare it)."""
+    ping = httpx.post(f"{server.url}/mcp", content=b'{"jsonrpc": "2.0", "id": "\\ud800", "method": "ping"}',
+                      headers={"content-type": "application/json"})  # fmt: skip
+    assert ping.status_code == 200 and ping.json()["result"] == {} and ping.json()["id"] == "\ud800"
+    plain = httpx.post(f"{server.url}/mcp", content=rpc_body("tools/list", {}), headers={"content-type": "text/plain"})
+    assert plain.json()["error"]["code"] == -32600 and "application/json" in plain.json()["error"]["message"]
+    assert httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "method": "ping"}).status_code == 202  # a notice
 
 
 def test_bad_arguments_are_tool_errors_that_spend_nothing(rpc) -> None:

@@ -75,7 +75,8 @@ def test_the_step_budget_ends_the_episode_at_the_floor(tools) -> None:
         result = tools.call("run_python", {"code": "print(1)"})
     assert result.done and result.observation["truncated"]
     assert "[episode over: the step budget ran out; score 0.010]" in result.text
-    with pytest.raises(ToolError, match="episode is over"):
+    assert "truth:" in result.text and "truth:" in tools.call("describe_task", {}).text  # train: after any end
+    with pytest.raises(ToolError, match="episode is over; call start_episode"):
         tools.call("run_python", {"code": "print(1)"})
 
 
@@ -107,6 +108,7 @@ def test_an_invalid_answer_is_refused_without_a_grade_and_costs_a_step(tools) ->
         ("start_episode", {"seed": "5"}, "seed: Input should be a valid integer"),
         ("start_episode", {"split": "test", "seed": 1}, "not seed"),
         ("start_episode", {"task_id": "no-such-family"}, "start_episode: "),
+        ("submit_answer", {"answer": [float("nan")]}, "submit_answer: solution_target: numbers"),
     ],
 )
 def test_bad_calls_are_one_line_refusals(tools, name, arguments, message) -> None:
