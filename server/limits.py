@@ -54,7 +54,8 @@ class RequestLimits:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
                 return None
-            return await _reply(send, 401, "missing or wrong bearer token (Authorization: Bearer <token>)")
+            message = "missing or wrong bearer token (Authorization: Bearer <token>)"
+            return await _reply(send, 401, message, scope["path"])
         marker = CURRENT.set(self.clients.identify(scope, token_index))
         try:
             await self._limited(scope, receive, send)
@@ -67,7 +68,7 @@ class RequestLimits:
         headers = dict(scope.get("headers") or [])
         declared = headers.get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > self.max_body:
-            return await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+            return await _reply(send, 413, f"request body larger than {self.max_body} bytes", scope["path"])
         chunks, size, more = [], 0, True
         while more:
             message = await receive()
@@ -76,12 +77,12 @@ class RequestLimits:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
-                return await _reply(send, 413, f"request body larger than {self.max_body} bytes")
+                return await _reply(send, 413, f"request body larger than {self.max_body} bytes", scope["path"])
             chunks.append(chunk)
             more = message.get("more_body", False)
         body = b"".join(chunks)
         if nesting_depth(body) > MAX_DEPTH:
-            return await _reply(send, 422, f"JSON nested deeper than {MAX_DEPTH} levels")
+            return await _reply(send, 422, f"JSON nested deeper than {MAX_DEPTH} levels", scope["path"])
         replayed = False
 
         async def replay() -> dict:
@@ -94,8 +95,14 @@ class RequestLimits:
         return await self.app(scope, replay, send)
 
 
-async def _reply(send: Any, status: int, message: str) -> None:
-    body = json.dumps({"detail": message}).encode()
+JSONRPC_PATHS = ("/mcp",)  # refusals there keep their HTTP status but take JSON-RPC's error form (MCP clients)
+
+
+async def _reply(send: Any, status: int, message: str, path: str = "") -> None:
+    if path in JSONRPC_PATHS:
+        body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}).encode()
+    else:
+        body = json.dumps({"detail": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

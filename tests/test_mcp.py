@@ -165,6 +165,18 @@ def test_odd_but_valid_messages_get_json_answers(server) -> None:
     assert httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "method": "ping"}).status_code == 202  # a notice
 
 
+def test_the_request_limits_answer_in_jsonrpc_form(server) -> None:
+    """The body-size and nesting limits (server/limits.py) refuse before the route runs: on /mcp they keep their
+    HTTP status and answer as JSON-RPC errors."""
+    huge = call_body("run_python", session_id="x").replace(b'"1"', json.dumps("#" * 300_000).encode())
+    deep = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "params": {"x": ' + b"[" * 80 + b"]" * 80 + b"}}"
+    for body, status, message in ((huge, 413, "larger than"), (deep, 422, "nested deeper")):
+        response = httpx.post(f"{server.url}/mcp", content=body, headers={"content-type": "application/json"})
+        assert response.status_code == status
+        error = response.json()["error"]
+        assert error["code"] == -32600 and message in error["message"] and response.json()["jsonrpc"] == "2.0"
+
+
 def test_bad_arguments_are_tool_errors_that_spend_nothing(rpc) -> None:
     sid = rpc.session()
     try:
