@@ -370,7 +370,8 @@ def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
             sv = torch.linalg.svdvals(writes[:, units])
             r["composed:group.write_rank"] = float((sv >= 0.1 * sv[0]).sum())
             unit_dirs = writes[:, units] / wn.clamp_min(1e-30)
-            r["composed:group.twins"] = float(((unit_dirs.T @ unit_dirs) < -0.99).any(dim=1).double().mean())
+            cos = unit_dirs.T @ unit_dirs  # between the units' writes
+            r["composed:group.twins"] = float((cos < -0.99).any(dim=1).double().mean())
             phases = []
             for side in reads:
                 z = side[f, units]
@@ -382,7 +383,7 @@ def _unit_groups(m: Any, n_f: int) -> list[dict[str, float]]:
             psi = torch.angle(reads[0][f, units]) + torch.angle(reads[1][f, units])
             r["composed:group.phase_sums"] = float(torch.exp(4j * psi).mean().abs())
             r["composed:group.phase_sums_round"] = float(torch.cos(4 * psi).mean())  # where they sit, not how tight
-            same_dir = (unit_dirs.T @ unit_dirs).abs() > 0.9
+            same_dir = cos.abs() > 0.9
             per_dir = [torch.exp(2j * psi[same_dir[i]]).mean().abs() for i in range(units.numel())]
             r["composed:group.phase_sums_per_write"] = float(torch.stack(per_dir).mean())
         else:

@@ -55,6 +55,7 @@ from .wire import (
     component_schemas,
     error_responses,
     request_body,
+    validation_message,
 )
 
 log = logging.getLogger("mechsandbox.server")
@@ -118,16 +119,6 @@ class SharedCapServer(HTTPEnvServer):
                     await self._destroy_session(session_id)
                 except Exception:  # one failed teardown must not stop the reaper
                     log.exception("could not reap session %s…", session_id[:6])
-
-
-def validation_message(exc: ValidationError | RequestValidationError) -> str:
-    parts = []
-    for err in exc.errors()[:3]:
-        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "__root__"))
-        msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        named = where and msg.startswith(f"{where.rsplit('.', 1)[-1]}:")  # the action's own messages name the field
-        parts.append(f"{where}: {msg}" if where and not named else msg)
-    return one_line("; ".join(parts) or "invalid request")
 
 
 def error(status: int, message: str) -> JSONResponse:

@@ -152,12 +152,11 @@ class McpRoute:
                 return rpc_error(rid, INVALID_PARAMS, "params.session_id must be the id openenv/session/create gave")
         assert self.forward is not None
         reply = await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
-        if isinstance(reply, dict) and isinstance(reply.get("error"), dict):
-            error = reply["error"]
+        error = reply.get("error")
+        if isinstance(error, dict):
             return rpc_error(rid, int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "error")))
-        if isinstance(reply, dict):  # OpenEnv dumps both members; JSON-RPC wants one of result and error
-            return RpcResponse({k: v for k, v in reply.items() if not (k == "error" and v is None)})
-        return reply
+        # OpenEnv dumps both members; JSON-RPC wants one of result and error
+        return RpcResponse({k: v for k, v in reply.items() if k != "error"})
 
     async def call(self, rid: Any, params: dict[str, Any]) -> Response:
         name, session_id = params.get("name"), params.get("session_id")

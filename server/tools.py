@@ -17,6 +17,7 @@ A refused call raises :class:`ToolError` with one line: the wrappers turn it int
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from ..models import MAX_CODE_BYTES, MechSandboxAction
 from .episode import EpisodeError
 from .mechsandbox_environment import MechSandboxEnvironment
-from .wire import ResetRequest
+from .wire import ResetRequest, validation_message
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 
@@ -107,16 +108,6 @@ def _schema(model: type[BaseModel]) -> dict[str, Any]:
     return schema
 
 
-def _one_line(exc: ValidationError) -> str:
-    """pydantic's report as one line: each problem as 'field: message'."""
-    parts = []
-    for err in exc.errors():
-        where = ".".join(str(x) for x in err.get("loc", ())) or "arguments"
-        msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        parts.append(msg if msg.startswith(f"{where}:") else f"{where}: {msg}")  # the action's own name the field
-    return "; ".join(parts)
-
-
 class EpisodeTools:
     """The four tools over one environment (one session's episode). Not thread-safe by itself: a session's calls
     are serialised by whoever owns the environment (OpenEnv's session executor, the MCP route)."""
@@ -134,8 +125,9 @@ class EpisodeTools:
         self.last: dict[str, Any] = {}
 
     @classmethod
+    @functools.cache
     def specs(cls) -> list[dict[str, Any]]:
-        """Name, description and input schema of every tool (MCP's ``tools/list`` shape)."""
+        """Name, description and input schema of every tool (MCP's ``tools/list`` shape), built once."""
         return [
             {"name": name, "description": " ".join((model.__doc__ or "").split()), "inputSchema": _schema(model)}
             for name, model in cls.MODELS.items()
@@ -156,7 +148,7 @@ class EpisodeTools:
         try:
             args = model.model_validate(arguments)
         except ValidationError as exc:
-            raise ToolError(f"{name}: {_one_line(exc)}") from None
+            raise ToolError(f"{name}: {validation_message(exc)}") from None
         handler: Callable[[Any], ToolResult] = getattr(self, f"_{name}")
         try:
             return handler(args)
@@ -174,7 +166,7 @@ class EpisodeTools:
         try:
             action = MechSandboxAction(python_code=args.code)
         except ValidationError as exc:
-            raise ToolError(f"run_python: {_one_line(exc)}") from None
+            raise ToolError(f"run_python: {validation_message(exc)}") from None
         obs = self._step(action)
         return ToolResult(self._with_status(obs["stdout_or_error"] or "(no output)", obs), obs)
 
@@ -185,7 +177,7 @@ class EpisodeTools:
             else:
                 action = MechSandboxAction(solution_target=args.answer)
         except ValidationError as exc:
-            raise ToolError(f"submit_answer: {_one_line(exc)}") from None
+            raise ToolError(f"submit_answer: {validation_message(exc)}") from None
         obs = self._step(action)
         return ToolResult(self._with_status(obs["stdout_or_error"], obs), obs)
 

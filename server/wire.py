@@ -15,10 +15,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic.json_schema import models_json_schema
 
 from ..models import MechSandboxAction, MechSandboxObservation
+from ..protocol import one_line
 from ..results.schema import MAX_AGENT, MAX_NOTES
 from ..tasks import LEVELS
 from .splits import SPLITS, TRAIN_SEED_LIMIT
@@ -158,3 +159,16 @@ def component_schemas(*models: type[BaseModel]) -> dict[str, Any]:
     """The JSON schemas of ``models`` and of the models they use, with references into ``components/schemas``."""
     _, document = models_json_schema([(m, "validation") for m in models], ref_template=REF_PREFIX + "{model}")
     return document.get("$defs", {})
+
+
+def validation_message(exc: ValidationError | Any) -> str:
+    """A pydantic (or FastAPI request) validation report as one line, at most three problems, each as
+    'field: message' (a message that already names its field keeps its own wording). Shared by the HTTP routes'
+    422s and the tools' refusals (server/tools.py)."""
+    parts = []
+    for err in exc.errors()[:3]:
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "__root__"))
+        msg = err.get("msg", "invalid").removeprefix("Value error, ")
+        named = where and msg.startswith(f"{where.rsplit('.', 1)[-1]}:")  # the action's own messages name the field
+        parts.append(f"{where}: {msg}" if where and not named else msg)
+    return one_line("; ".join(parts) or "invalid request")
