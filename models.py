@@ -24,6 +24,13 @@ def _invalid(message: str) -> PydanticCustomError:
     return PydanticCustomError("invalid_action", message)
 
 
+def check_code_size(code: str | None, field: str) -> str | None:
+    """The snippet cap, in UTF-8 bytes (what the sandbox receives), for the action and the run_python tool."""
+    if code is not None and len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES:
+        raise _invalid(f"{field} is larger than {MAX_CODE_BYTES} bytes")
+    return code
+
+
 class MechSandboxAction(Action):
     """Exactly one of: a snippet to run, an answer to grade, or the name of a sandbox variable to grade.
 
@@ -41,9 +48,7 @@ class MechSandboxAction(Action):
     @field_validator("python_code")
     @classmethod
     def _code_size(cls, code: str | None) -> str | None:
-        if code is not None and len(code.encode("utf-8", "replace")) > MAX_CODE_BYTES:
-            raise _invalid(f"python_code is larger than {MAX_CODE_BYTES} bytes")
-        return code
+        return check_code_size(code, "python_code")
 
     @field_validator("solution_target")
     @classmethod

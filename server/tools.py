@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..models import MAX_CODE_BYTES, MechSandboxAction
+from ..models import MAX_CODE_BYTES, MechSandboxAction, check_code_size
 from .episode import EpisodeError
 from .mechsandbox_environment import MechSandboxEnvironment
 from .wire import ResetRequest, validation_message
@@ -50,6 +50,11 @@ class RunPython(BaseModel):
 
     model_config = _STRICT
     code: str = Field(description=f"Python source, at most {MAX_CODE_BYTES} bytes; print what you want to see")
+
+    @field_validator("code")
+    @classmethod
+    def _size(cls, code: str) -> str:
+        return check_code_size(code, "code")  # type: ignore[return-value] - a str in, a str out
 
 
 class SubmitAnswer(BaseModel):

@@ -169,6 +169,7 @@ def validation_message(exc: ValidationError | Any) -> str:
     for err in exc.errors()[:3]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "__root__"))
         msg = err.get("msg", "invalid").removeprefix("Value error, ")
-        named = where and msg.startswith(f"{where.rsplit('.', 1)[-1]}:")  # the action's own messages name the field
+        field = where.rsplit(".", 1)[-1]
+        named = where and msg.startswith((f"{field}:", f"{field} "))  # the action's own messages name the field
         parts.append(f"{where}: {msg}" if where and not named else msg)
     return one_line("; ".join(parts) or "invalid request")

@@ -1,0 +1,285 @@
+"""MechSandbox as an Inspect task (issue 18): ``inspect eval mechsandbox/mechsandbox --model <model>``.
+
+Each sample is one episode, (family, level, split, seed or index). A setup solver opens an OpenEnv session on a
+MechSandbox server and starts the episode with the ``start_episode`` tool; the solver is Inspect's ``react`` agent
+with ``run_python`` and ``describe_task`` as tools and ``submit_answer`` as its submit tool; the scorer is the
+episode's own graded score (the protocol's floor when the budget ran out or nothing was graded); the session is
+closed when the sample ends. Everything goes over POST /mcp (server/mcp.py), the same four tools with the same
+JSON schemas (server/tools.py), so the budget, the one graded submission and train-only truth are the server's
+rules, not this module's, and a remote leaderboard server is driven exactly like a local one.
+
+The server: the task's ``url`` argument, else ``$MECHSANDBOX_URL``, else a local ``mechsandbox serve`` started on
+a free port for the life of the process.
+
+Offline model: ``--model mechsandbox-reference/scripted`` plays each family's reference snippets through the tools
+(the scripted baseline as an Inspect model API), so the whole pipeline runs without a model provider or network.
+Inspect's own ``mockllm/model`` also runs (it never calls a tool, so every sample ends at the message limit with
+the floor score).
+
+Why not Inspect's MCP tool source (``mcp_server_http``): it speaks the streamable-HTTP transport and keeps one
+MCP session per server, while an episode is an OpenEnv session of its own; four plain tools over JSON-RPC keep one
+session per sample and need no extra transport.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from inspect_ai import Task, task
+from inspect_ai.agent import AgentState, AgentSubmit, react
+from inspect_ai.dataset import MemoryDataset, Sample
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageTool,
+    ChatMessageUser,
+    GenerateConfig,
+    ModelAPI,
+    ModelOutput,
+    ModelUsage,
+    modelapi,
+)
+from inspect_ai.scorer import Score, Scorer, Target, mean, scorer, stderr
+from inspect_ai.solver import Generate, Solver, TaskState, solver
+from inspect_ai.tool import ToolChoice, ToolDef, ToolError, ToolInfo, ToolParams
+from inspect_ai.util import store
+
+from ..protocol import FLOOR
+from ..server.tools import EpisodeTools
+
+URL_ENV = "MECHSANDBOX_URL"
+SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
+SUBMITTED_KEY = "mechsandbox:submitted"  # the last submit_answer arguments, as JSON (the score's ``answer``)
+RPC_TIMEOUT_S = 600.0  # a run_python step is bounded by the sandbox's own timeout; this only guards a dead server
+SYSTEM_PROMPT = (
+    "You are doing mechanistic interpretability on a small PyTorch model with a planted mechanism. Probe it with the "
+    "run_python tool (the model and its probe data are in the namespace; variables persist; every call spends one "
+    "step of the budget), then call submit_answer once with the answer the task's schema describes. describe_task "
+    "shows the task again and the steps left, for free."
+)
+
+_local_lock = threading.Lock()
+_local_server: Any = None
+
+
+def server_url(url: str | None = None) -> str:
+    """The server to play on: ``url``, ``$MECHSANDBOX_URL``, or a local server started once per process."""
+    global _local_server
+    chosen = url or os.environ.get(URL_ENV)
+    if chosen:
+        return chosen.rstrip("/")
+    with _local_lock:
+        if _local_server is None:
+            from ..evaluation.local_server import LocalServer
+
+            _local_server = LocalServer().start()
+            atexit.register(_local_server.stop)
+        return _local_server.url
+
+
+# -- JSON-RPC over POST /mcp ---------------------------------------------------------------------------------------
+class McpError(RuntimeError):
+    """A JSON-RPC error from /mcp (an unknown or reaped session, the session cap): the sample fails, loudly."""
+
+
+async def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    async with httpx.AsyncClient(base_url=url, timeout=RPC_TIMEOUT_S) as http:
+        response = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    try:
+        reply = response.json()
+    except ValueError:
+        raise McpError(f"{method}: HTTP {response.status_code} without JSON from {url}/mcp") from None
+    if "error" in reply:
+        raise McpError(f"{method}: {reply['error'].get('message')} (code {reply['error'].get('code')})")
+    return reply["result"]
+
+
+async def call_tool(name: str, arguments: dict[str, Any]) -> str:
+    """Call one episode tool for this sample's session; a refusal becomes Inspect's ``ToolError`` (the model sees
+    it and may try again), and the episode's state (step, done, score) is kept in the sample's store."""
+    url, session_id = store().get(URL_KEY), store().get(SESSION_KEY)
+    if session_id is None:
+        raise McpError("no MechSandbox session: add start_episode() to the task's setup")
+    result = await rpc(url, "tools/call", {"name": name, "arguments": arguments, "session_id": session_id})
+    text = "".join(part.get("text", "") for part in result.get("content", []))
+    if result.get("isError"):
+        raise ToolError(text)
+    if name == "submit_answer":
+        store().set(SUBMITTED_KEY, json.dumps(arguments, default=str))
+    if result.get("structuredContent"):
+        store().set(STATE_KEY, result["structuredContent"])
+    return text
+
+
+def episode_tool(name: str) -> ToolDef:
+    """One of server/tools.py's tools as an Inspect tool, with the server's own description and JSON schema."""
+    spec = next(s for s in EpisodeTools.specs() if s["name"] == name)
+
+    async def execute(**arguments: Any) -> str:
+        return await call_tool(name, arguments)
+
+    return ToolDef(execute, name=name, description=spec["description"],
+                   parameters=ToolParams.model_validate(spec["inputSchema"]))  # fmt: skip
+
+
+# -- the task ------------------------------------------------------------------------------------------------------
+Names = str | Sequence[str]  # comma-separated, or a list (``-T tasks=a,b`` on the CLI; a list from Python)
+
+
+def _names(value: Names) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+
+
+def episodes(
+    tasks: Names, levels: Names, split: str, instances: int, first: int, run_token: str | None
+) -> MemoryDataset:
+    """One sample per (family, level, n): train samples name a seed (``first + n``), test samples an index."""
+    from ..tasks import get_family
+
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be train or test, not {split!r}")
+    samples = []
+    for family in _names(tasks):
+        task_id = get_family(family).id  # resolves aliases; an unknown name fails here, before any episode
+        for level in _names(levels):
+            for n in range(first, first + instances):
+                where = {"seed": n} if split == "train" else {"index": n}
+                start = {"task_id": task_id, "level": level, "split": split, **where}
+                if run_token is not None and split == "test":
+                    start["run_token"] = run_token
+                samples.append(Sample(id=f"{task_id}/{level}/{split}/{n}", input=f"MechSandbox episode {start}",
+                                      metadata={"start_episode": start}))  # fmt: skip
+    return MemoryDataset(samples, name="mechsandbox")
+
+
+@solver
+def start_episode(url: str | None = None) -> Solver:
+    """Open an OpenEnv session for the sample and start its episode; the task's text becomes the user message."""
+
+    async def solve(state: TaskState, generate: Generate) -> TaskState:
+        where = server_url(url)
+        session_id = (await rpc(where, "openenv/session/create", {}))["session_id"]
+        store().set(URL_KEY, where)
+        store().set(SESSION_KEY, session_id)
+        text = await call_tool("start_episode", state.metadata["start_episode"])
+        state.messages = [ChatMessageUser(content=text)]
+        return state
+
+    return solve
+
+
+async def _close_session(state: TaskState) -> None:
+    session_id = state.store.get(SESSION_KEY)
+    if session_id is not None:
+        await rpc(state.store.get(URL_KEY), "openenv/session/close", {"session_id": session_id})
+
+
+async def _until_episode_ends(state: AgentState) -> bool:
+    """react's continue hook: stop once the server says the episode is over (graded, or the budget ran out)."""
+    return not (store().get(STATE_KEY) or {}).get("done")
+
+
+@scorer(metrics=[mean(), stderr()])
+def episode_score() -> Scorer:
+    """The episode's graded score as the server computed it; the floor when no answer was graded."""
+
+    async def score(state: TaskState, target: Target) -> Score:
+        if state.store.get(SESSION_KEY) is not None:
+            await call_tool("describe_task", {})  # the server's word on how the episode ended
+        final = state.store.get(STATE_KEY) or {}
+        graded = final.get("done") and final.get("score") is not None
+        value = float(final["score"]) if graded else FLOOR
+        if not graded:
+            how = "no answer was graded"
+        elif final.get("truncated"):
+            how = "the step budget ran out"
+        else:
+            how = "graded"
+        shown = {k: final.get(k) for k in ("task_id", "level", "split", "step", "max_steps")}
+        return Score(value=value, answer=state.store.get(SUBMITTED_KEY), explanation=how, metadata=shown)
+
+    return score
+
+
+@task
+def mechsandbox(
+    tasks: Names = "dead-neurons",
+    levels: Names = "easy",
+    split: str = "train",
+    instances: int = 1,
+    first: int = 0,
+    url: str | None = None,
+    run_token: str | None = None,
+    message_limit: int = 80,
+) -> Task:
+    """MechSandbox episodes, scored by the server's graders.
+
+    Args:
+        tasks: family ids (comma-separated or a list; ``mechsandbox tasks`` lists them).
+        levels: easy, medium, hard (comma-separated or a list).
+        split: train (seeds ``first``..) or test (held-out indices ``first``..).
+        instances: samples per (family, level).
+        first: the first seed (train) or index (test).
+        url: the server (default ``$MECHSANDBOX_URL``, else a local server started for the eval).
+        run_token: a test-split run's token from POST /runs, so the episodes count for the leaderboard.
+        message_limit: the conversation's length limit (the server's step budget ends an episode first).
+    """
+    return Task(
+        dataset=episodes(tasks, levels, split, instances, first, run_token),
+        setup=start_episode(url),
+        solver=react(
+            prompt=SYSTEM_PROMPT,
+            tools=[episode_tool("run_python"), episode_tool("describe_task")],
+            submit=AgentSubmit(name="submit_answer", tool=episode_tool("submit_answer"), answer_only=True,
+                               keep_in_messages=True),  # a refused submission stays visible in the log
+            on_continue=_until_episode_ends,
+        ),
+        scorer=episode_score(),
+        cleanup=_close_session,
+        message_limit=message_limit,
+        config=GenerateConfig(max_connections=8),
+    )
+
+
+# -- an offline model: the scripted baseline as an Inspect model API ---------------------------------------------
+TASK_LINE = re.compile(r"^Task (\S+) \((easy|medium|hard), (train|test) split\)", re.MULTILINE)
+
+
+@modelapi(name="mechsandbox-reference")
+class ReferenceModel(ModelAPI):
+    """Plays the family's reference snippets (``tasks/<family>/reference.py``, public code without any truth) with
+    ``run_python``, then ``submit_answer(variable="answer")``: the scripted baseline, for offline runs and tests.
+    It reads the family off the task text that start_episode returned and counts the tool results so far."""
+
+    def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
+                 config: GenerateConfig | None = None, **model_args: Any) -> None:  # fmt: skip
+        super().__init__(model_name, base_url, api_key, [], config or GenerateConfig())
+
+    async def generate(
+        self, input: list[ChatMessage], tools: list[ToolInfo], tool_choice: ToolChoice, config: GenerateConfig
+    ) -> ModelOutput:
+        from ..tasks import get_family
+
+        found = next((TASK_LINE.search(m.text) for m in input if isinstance(m, ChatMessageUser)), None)
+        if found is None:
+            return self._output(ModelOutput.from_content(self.model_name, "I cannot find the task."))
+        snippets = get_family(found.group(1)).reference
+        ran = sum(isinstance(m, ChatMessageTool) and m.function == "run_python" for m in input)
+        if ran < len(snippets):
+            call = ("run_python", {"code": snippets[ran]})
+        else:
+            call = ("submit_answer", {"variable": "answer"})
+        return self._output(ModelOutput.for_tool_call(self.model_name, call[0], call[1]))
+
+    @staticmethod
+    def _output(output: ModelOutput) -> ModelOutput:
+        # explicit usage: Inspect would otherwise count tokens with tiktoken, which downloads its encoding
+        size = len(json.dumps(output.message.model_dump(exclude_none=True), default=str))
+        output.usage = ModelUsage(input_tokens=0, output_tokens=size, total_tokens=size)
+        return output

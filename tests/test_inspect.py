@@ -1,0 +1,123 @@
+"""The Inspect task (integrations/inspect_task.py, issue 18) on a real server: an offline eval scores one sample per
+instance with the server's grades, the registered task runs from the ``inspect eval`` CLI and its log opens in
+``inspect view``, and the budget and bad tool calls reach the model as Inspect tool errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import pytest
+from server_harness import free_port, running_server
+
+inspect_ai = pytest.importorskip("inspect_ai", reason="the [inspect] extra (in dev) is not installed")
+
+from inspect_ai import eval as inspect_eval  # noqa: E402
+from inspect_ai.log import read_eval_log  # noqa: E402
+from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model  # noqa: E402
+from mechsandbox.integrations.inspect_task import mechsandbox  # noqa: E402
+from mechsandbox.models import MAX_CODE_BYTES  # noqa: E402
+
+INSPECT = str(Path(sys.executable).with_name("inspect"))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("inspect")) as s:
+        yield s
+
+
+def test_an_offline_eval_scores_one_sample_per_instance(server, tmp_path) -> None:
+    task = mechsandbox(tasks="dead-neurons,additive-bypass", instances=2, first=3, url=server.url)
+    [log] = inspect_eval(task, model="mechsandbox-reference/scripted", log_dir=str(tmp_path), display="none")
+    assert log.status == "success", log.error
+    saved = read_eval_log(log.location)
+    ids = sorted(str(s.id) for s in saved.samples)
+    assert ids == [f"{t}/easy/train/{n}" for t in ("additive-bypass", "dead-neurons") for n in (3, 4)]
+    for sample in saved.samples:
+        score = sample.scores["episode_score"]
+        assert score.value >= 0.95 and score.explanation == "graded", (sample.id, score)
+        assert 0 < score.metadata["step"] <= score.metadata["max_steps"]
+        assert json.loads(score.answer) == {"variable": "answer"}
+        tools = [m for m in sample.messages if isinstance(m, ChatMessageTool)]
+        assert tools and all(m.error is None for m in tools)
+
+
+def test_the_cli_runs_the_registered_task_and_its_log_opens_in_inspect_view(server, tmp_path) -> None:
+    env = {**os.environ, "MECHSANDBOX_URL": server.url}
+    args = ["-T", "tasks=dead-neurons", "-T", "split=test", "--model", "mechsandbox-reference/scripted"]
+    run = subprocess.run([INSPECT, "eval", "mechsandbox/mechsandbox", *args, "--log-dir", str(tmp_path)],
+                         env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    [path] = list(tmp_path.glob("*.eval"))
+    [sample] = read_eval_log(str(path)).samples
+    assert sample.id == "dead-neurons/easy/test/0" and sample.scores["episode_score"].value >= 0.95
+    assert not any("truth:" in m.text for m in sample.messages)  # a test episode never shows its truth
+
+    port = free_port()
+    view = subprocess.Popen([INSPECT, "view", "--log-dir", str(tmp_path), "--host", "127.0.0.1", "--port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        listing = None
+        deadline = time.time() + 60
+        while time.time() < deadline and listing is None:
+            try:
+                listing = httpx.get(f"http://127.0.0.1:{port}/api/log-files", timeout=5).json()
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        assert listing is not None, "inspect view did not answer"
+        [entry] = listing["files"]
+        assert entry["name"].endswith(path.name)
+        shown = httpx.get(f"http://127.0.0.1:{port}/api/logs/{quote(entry['name'], safe='')}", timeout=30)
+        assert shown.status_code == 200 and shown.json()["results"]["scores"][0]["name"] == "episode_score"
+    finally:
+        view.terminate()
+        view.wait(timeout=20)
+
+
+def _scripted(calls: list[tuple[str, dict]]):
+    """A mockllm script of tool calls (explicit usage: mockllm would count tokens with a downloaded encoding)."""
+
+    def output(name: str, arguments: dict) -> ModelOutput:
+        out = ModelOutput.for_tool_call("mockllm/model", name, arguments)
+        out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return out
+
+    return iter([output(name, arguments) for name, arguments in calls])
+
+
+def test_bad_calls_are_tool_errors_and_the_budget_ends_the_episode(server, tmp_path) -> None:
+    bad = [
+        ("run_python", {"code": 5}),  # wrong type
+        ("run_python", {"code": "#" * (MAX_CODE_BYTES + 1)}),  # oversized
+        ("run_python", {}),  # missing argument
+        ("submit_answer", {}),  # neither answer nor variable
+        ("no_such_tool", {}),  # unknown tool
+    ]
+    budget = 10  # dead-neurons' step budget
+    runs = [("run_python", {"code": "print(1)"})] * budget
+    model = get_model("mockllm/model", custom_outputs=_scripted(bad + runs + [("submit_answer", {"answer": [0]})]))
+    [log] = inspect_eval(mechsandbox(tasks="dead-neurons", url=server.url), model=model, log_dir=str(tmp_path),
+                         display="none")  # fmt: skip
+    assert log.status == "success", log.error
+    [sample] = log.samples
+    tools = [m for m in sample.messages if isinstance(m, ChatMessageTool)]
+    errors = [m.error for m in tools[: len(bad)]]
+    assert all(e is not None for e in errors), errors
+    # Inspect checks the arguments against the tool's JSON schema itself (its own error form, type "parsing"); what
+    # the schema allows but the server refuses comes back as the server's one line
+    assert [e.type for e in errors] == ["parsing", "unknown", "parsing", "unknown", "parsing"], errors
+    assert errors[1].message == f"run_python: code is larger than {MAX_CODE_BYTES} bytes"
+    assert errors[3].message == "submit_answer: give exactly one of answer or variable"
+    assert "no_such_tool" in errors[4].message
+    assert all(m.error is None for m in tools[len(bad) :])
+    assert len(tools) == len(bad) + budget  # the agent's loop stopped when the budget ended the episode
+    score = sample.scores["episode_score"]
+    assert score.explanation == "the step budget ran out" and score.value == pytest.approx(0.01)
+    assert score.metadata["step"] == budget  # the refused calls spent nothing
