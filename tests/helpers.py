@@ -36,23 +36,6 @@ HEAD_FAMILIES = {t for t in FAMILY_IDS if answer_kind(t).names_heads}
 
 INSTANCE_CACHE_ENV = "MECHSANDBOX_TEST_INSTANCE_DIR"  # set by conftest for the whole run (all xdist workers)
 
-FULL_SWEEP_ENV = "MECHSANDBOX_FULL_SWEEP"  # "1": every family's seed sweeps at the contract's 100 seeds
-CONTRACT_SEEDS = 100  # the seed-variation and constant-answer rules are stated over 100 seeds (docs/CONTRACT.md)
-REDUCED_SEEDS = 40  # the shortcut audit's count: its instances are the sweep's first 40, generated once
-# Families whose instance takes seconds to generate on the 2-core CI machine (docs/PERFORMANCE.md, "Generation
-# time"): at 100 seeds x 3 levels they were most of the suite's time, so the default run sweeps them at 40 seeds.
-SLOW_FAMILIES = frozenset({"induction-circuit", "committee-circuit", "fact-storage", "copy-head", "modular-addition"})
-
-
-def sweep_seeds(task_id: str) -> int:
-    """Seeds per level in the family's seed sweeps: the contract's 100, or 40 for a slow family unless
-    ``MECHSANDBOX_FULL_SWEEP=1`` (the reduced form CI runs; the full form is that variable, or
-    ``bench/seed_variation.py`` for the 0..999 sweep). The seeds are fixed (0..n-1), so either form is
-    deterministic; the reduced one has less statistical power, not more flakiness."""
-    if os.environ.get(FULL_SWEEP_ENV) == "1" or get_family(task_id).id not in SLOW_FAMILIES:
-        return CONTRACT_SEEDS
-    return REDUCED_SEEDS
-
 
 @functools.lru_cache(maxsize=256)
 def cached_instance(task_id: str, seed: int, level: str) -> Instance:

@@ -1,9 +1,8 @@
 """The seed sweeps' instances, generated in small chunks: each is well formed and its truth scores 0.99.
 
-Why a file of its own: every family has a seed sweep at every level (the seed-variation and
-constant-answer rules, docs/CONTRACT.md: 100 seeds, 40 for the slow families in the default run, see
-``helpers.sweep_seeds``), 2,700 instances in all (3,600 with ``MECHSANDBOX_FULL_SWEEP=1``), and generating
-them is most of the suite's CPU time. One sweep is one test, so the last sweep to start kept one pytest-xdist worker
+Why a file of its own: every family has a 100-seed sweep at every level (the seed-variation and
+constant-answer rules, docs/CONTRACT.md), 3,600 instances in all, and generating them is most of
+the suite's CPU time. One sweep is one test, so the last sweep to start kept one pytest-xdist worker
 busy for minutes while the other sat idle. Here the same instances are generated in chunks of ten
 seeds, as the first tests of the run (tests/time_budget.json gives this file the largest budget),
 so both workers share the generation evenly; the sweeps then load them from the run's cache.
@@ -17,10 +16,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import FAMILY_IDS, cached_instances, sweep_seeds
+from helpers import FAMILY_IDS, cached_instances
 from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, get_family
 
+SWEEP_SEEDS = 100  # N_SEEDS of test_variation.py and of each family's own sweep
 CHUNK = 10
 
 
@@ -42,7 +42,7 @@ def answer_from_truth(truth: dict[str, Any]) -> Any:
     return truth[names[0]] if len(names) == 1 else {name: truth[name] for name in names}
 
 
-CHUNKS = [(t, lvl, start) for t in FAMILY_IDS for lvl in LEVELS for start in range(0, sweep_seeds(t), CHUNK)]
+CHUNKS = [(t, lvl, start) for t in FAMILY_IDS for lvl in LEVELS for start in range(0, SWEEP_SEEDS, CHUNK)]
 
 
 @pytest.mark.parametrize(("task_id", "level", "start"), CHUNKS, ids=lambda v: str(v))
