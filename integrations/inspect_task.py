@@ -13,8 +13,9 @@ a free port for the life of the process.
 
 Offline model: ``--model mechsandbox-reference/scripted`` plays each family's reference snippets through the tools
 (the scripted baseline as an Inspect model API), so the whole pipeline runs without a model provider or network.
-Inspect's own ``mockllm/model`` also runs (it never calls a tool, so every sample ends at the message limit with
-the floor score).
+Inspect's own ``mockllm/model`` runs it too once tiktoken's ``o200k_base`` encoding is at hand (Inspect counts its
+tokens with it and downloads it on first use); it never calls a tool, so every sample ends at the message limit
+with the floor score.
 
 Why not Inspect's MCP tool source (``mcp_server_http``): it speaks the streamable-HTTP transport and keeps one
 MCP session per server, while an episode is an OpenEnv session of its own; four plain tools over JSON-RPC keep one
@@ -24,6 +25,7 @@ session per sample and need no extra transport.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -31,6 +33,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import httpx
 from inspect_ai import Task, task
 from inspect_ai.agent import AgentState, AgentSubmit, react
@@ -51,9 +54,11 @@ from inspect_ai.tool import ToolChoice, ToolDef, ToolError, ToolInfo, ToolParams
 from inspect_ai.util import store
 
 from ..protocol import FLOOR
-from ..server.tools import EpisodeTools
 
 URL_ENV = "MECHSANDBOX_URL"
+TOKEN_ENV = "MECHSANDBOX_API_TOKEN"  # the bearer token of a server that requires one (the server's own setting)
+CAPACITY_WAIT_S = 300.0  # how long a sample waits for a session when the server is at its session cap
+SERVER_ERROR = -32000  # JSON-RPC's server-error code: OpenEnv's answer when the session cap is reached
 SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
 SUBMITTED_KEY = "mechsandbox:submitted"  # the last submit_answer arguments, as JSON (the score's ``answer``)
 RPC_TIMEOUT_S = 600.0  # a run_python step is bounded by the sandbox's own timeout; this only guards a dead server
@@ -76,9 +81,15 @@ def server_url(url: str | None = None) -> str:
         return chosen.rstrip("/")
     with _local_lock:
         if _local_server is None:
+            import tempfile
+
             from ..evaluation.local_server import LocalServer
 
-            _local_server = LocalServer().start()
+            log = os.path.join(tempfile.mkdtemp(prefix="mechsandbox-inspect-"), "server.log")
+            try:
+                _local_server = LocalServer(log_path=log).start()
+            except RuntimeError as exc:
+                raise RuntimeError(f"{exc}; its log: {log}") from None
             atexit.register(_local_server.stop)
         return _local_server.url
 
@@ -87,17 +98,39 @@ def server_url(url: str | None = None) -> str:
 class McpError(RuntimeError):
     """A JSON-RPC error from /mcp (an unknown or reaped session, the session cap): the sample fails, loudly."""
 
+    def __init__(self, message: str, code: int | None = None):
+        super().__init__(message)
+        self.code = code
+
 
 async def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=url, timeout=RPC_TIMEOUT_S) as http:
+    token = os.environ.get(TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(base_url=url, timeout=RPC_TIMEOUT_S, headers=headers) as http:
         response = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
     try:
         reply = response.json()
     except ValueError:
-        raise McpError(f"{method}: HTTP {response.status_code} without JSON from {url}/mcp") from None
+        reply = None
+    if not isinstance(reply, dict) or ("result" not in reply and "error" not in reply):
+        raise McpError(f"{method}: HTTP {response.status_code} from {url}/mcp: {response.text[:200]}")
     if "error" in reply:
-        raise McpError(f"{method}: {reply['error'].get('message')} (code {reply['error'].get('code')})")
+        error = reply["error"] if isinstance(reply["error"], dict) else {}
+        raise McpError(f"{method}: {error.get('message')} (code {error.get('code')})", error.get("code"))
     return reply["result"]
+
+
+async def open_session(url: str) -> str:
+    """A new OpenEnv session; at the server's session cap, wait (with backoff) for another sample to close one."""
+    delay, waited = 0.5, 0.0
+    while True:
+        try:
+            return (await rpc(url, "openenv/session/create", {}))["session_id"]
+        except McpError as exc:
+            if exc.code != SERVER_ERROR or waited >= CAPACITY_WAIT_S:
+                raise
+        await anyio.sleep(delay)
+        waited, delay = waited + delay, min(delay * 2, 10.0)
 
 
 async def call_tool(name: str, arguments: dict[str, Any]) -> str:
@@ -110,22 +143,29 @@ async def call_tool(name: str, arguments: dict[str, Any]) -> str:
     text = "".join(part.get("text", "") for part in result.get("content", []))
     if result.get("isError"):
         raise ToolError(text)
-    if name == "submit_answer":
-        store().set(SUBMITTED_KEY, json.dumps(arguments, default=str))
     if result.get("structuredContent"):
         store().set(STATE_KEY, result["structuredContent"])
+    if name == "submit_answer":
+        if not (result.get("structuredContent") or {}).get("done"):
+            # an answer that does not fit the schema costs a step and is not graded: to react, a submit tool that
+            # returns is the final answer, so this one must be an error for the agent to go on
+            raise ToolError(text)
+        store().set(SUBMITTED_KEY, json.dumps(arguments, default=str))
     return text
 
 
 def episode_tool(name: str) -> ToolDef:
     """One of server/tools.py's tools as an Inspect tool, with the server's own description and JSON schema."""
+    from ..server.tools import EpisodeTools  # here: Inspect imports this module for every run, and this pulls torch
+
     spec = next(s for s in EpisodeTools.specs() if s["name"] == name)
 
     async def execute(**arguments: Any) -> str:
         return await call_tool(name, arguments)
 
+    # parallel=False: one episode's calls are sequential (the server runs them in order on the session's thread)
     return ToolDef(execute, name=name, description=spec["description"],
-                   parameters=ToolParams.model_validate(spec["inputSchema"]))  # fmt: skip
+                   parameters=ToolParams.model_validate(spec["inputSchema"]), parallel=False)  # fmt: skip
 
 
 # -- the task ------------------------------------------------------------------------------------------------------
@@ -140,21 +180,25 @@ def episodes(
     tasks: Names, levels: Names, split: str, instances: int, first: int, run_token: str | None
 ) -> MemoryDataset:
     """One sample per (family, level, n): train samples name a seed (``first + n``), test samples an index."""
-    from ..tasks import get_family
+    from ..tasks import LEVELS, get_family
 
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, not {split!r}")
+    bad = [level for level in _names(levels) if level not in LEVELS]
+    if bad:
+        raise ValueError(f"unknown level {bad[0]!r}; the levels are {', '.join(LEVELS)}")
     samples = []
-    for family in _names(tasks):
-        task_id = get_family(family).id  # resolves aliases; an unknown name fails here, before any episode
-        for level in _names(levels):
+    families = dict.fromkeys(get_family(f).id for f in _names(tasks))  # aliases resolved, duplicates dropped
+    for task_id in families:  # an unknown name failed above, before any episode
+        for level in dict.fromkeys(_names(levels)):
             for n in range(first, first + instances):
                 where = {"seed": n} if split == "train" else {"index": n}
                 start = {"task_id": task_id, "level": level, "split": split, **where}
                 if run_token is not None and split == "test":
                     start["run_token"] = run_token
+                meta = {"family": task_id, "level": level, "split": split, "start_episode": start}
                 samples.append(Sample(id=f"{task_id}/{level}/{split}/{n}", input=f"MechSandbox episode {start}",
-                                      metadata={"start_episode": start}))  # fmt: skip
+                                      metadata=meta))  # fmt: skip
     return MemoryDataset(samples, name="mechsandbox")
 
 
@@ -163,8 +207,11 @@ def start_episode(url: str | None = None) -> Solver:
     """Open an OpenEnv session for the sample and start its episode; the task's text becomes the user message."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        where = server_url(url)
-        session_id = (await rpc(where, "openenv/session/create", {}))["session_id"]
+        if state.epoch > 1 and "run_token" in state.metadata["start_episode"]:
+            # a run counts each test instance's first episode; a second epoch would replay it as an uncounted one
+            raise ValueError("a run_token eval counts each test instance once: run it with one epoch")
+        where = await anyio.to_thread.run_sync(server_url, url)  # a local server start polls for up to 2 minutes
+        session_id = await open_session(where)
         store().set(URL_KEY, where)
         store().set(SESSION_KEY, session_id)
         text = await call_tool("start_episode", state.metadata["start_episode"])
@@ -177,7 +224,8 @@ def start_episode(url: str | None = None) -> Solver:
 async def _close_session(state: TaskState) -> None:
     session_id = state.store.get(SESSION_KEY)
     if session_id is not None:
-        await rpc(state.store.get(URL_KEY), "openenv/session/close", {"session_id": session_id})
+        with contextlib.suppress(McpError, httpx.HTTPError):  # reaped, or the server went away: nothing is left open
+            await rpc(state.store.get(URL_KEY), "openenv/session/close", {"session_id": session_id})
 
 
 async def _until_episode_ends(state: AgentState) -> bool:
@@ -190,8 +238,8 @@ def episode_score() -> Scorer:
     """The episode's graded score as the server computed it; the floor when no answer was graded."""
 
     async def score(state: TaskState, target: Target) -> Score:
-        if state.store.get(SESSION_KEY) is not None:
-            await call_tool("describe_task", {})  # the server's word on how the episode ended
+        # from the state the server sent with the last tool call (an episode only ends through one), so a saved
+        # log can be re-scored (`inspect score`) without the server or the session
         final = state.store.get(STATE_KEY) or {}
         graded = final.get("done") and final.get("score") is not None
         value = float(final["score"]) if graded else FLOOR
@@ -243,7 +291,6 @@ def mechsandbox(
         scorer=episode_score(),
         cleanup=_close_session,
         message_limit=message_limit,
-        config=GenerateConfig(max_connections=8),
     )
 
 

@@ -20,9 +20,11 @@ inspect_ai = pytest.importorskip("inspect_ai", reason="the [inspect] extra (in d
 
 from inspect_ai import eval as inspect_eval  # noqa: E402
 from inspect_ai.log import read_eval_log  # noqa: E402
-from inspect_ai.model import ChatMessageTool, ModelOutput, ModelUsage, get_model  # noqa: E402
+from inspect_ai.model import ChatMessageAssistant, ChatMessageTool, ModelOutput, ModelUsage, get_model  # noqa: E402
+from inspect_ai.tool import ToolCall  # noqa: E402
 from mechsandbox.integrations.inspect_task import mechsandbox  # noqa: E402
 from mechsandbox.models import MAX_CODE_BYTES  # noqa: E402
+from mechsandbox.tasks import get_family  # noqa: E402
 
 INSPECT = str(Path(sys.executable).with_name("inspect"))
 
@@ -31,6 +33,11 @@ INSPECT = str(Path(sys.executable).with_name("inspect"))
 def server(tmp_path_factory):
     with running_server(tmp_path_factory.mktemp("inspect")) as s:
         yield s
+
+
+def open_sessions(server) -> int:
+    """Sessions the server holds (the samples' OpenEnv sessions): every sample closes its own."""
+    return httpx.get(f"{server.url}/health", timeout=30).json()["sessions"]["websocket"]
 
 
 def test_an_offline_eval_scores_one_sample_per_instance(server, tmp_path) -> None:
@@ -47,6 +54,8 @@ def test_an_offline_eval_scores_one_sample_per_instance(server, tmp_path) -> Non
         assert json.loads(score.answer) == {"variable": "answer"}
         tools = [m for m in sample.messages if isinstance(m, ChatMessageTool)]
         assert tools and all(m.error is None for m in tools)
+        assert sample.metadata["family"] == sample.id.split("/")[0]
+    assert open_sessions(server) == 0
 
 
 def test_the_cli_runs_the_registered_task_and_its_log_opens_in_inspect_view(server, tmp_path) -> None:
@@ -81,19 +90,46 @@ def test_the_cli_runs_the_registered_task_and_its_log_opens_in_inspect_view(serv
         view.wait(timeout=20)
 
 
-def _scripted(calls: list[tuple[str, dict]]):
-    """A mockllm script of tool calls (explicit usage: mockllm would count tokens with a downloaded encoding)."""
+def _scripted(turns: list) -> object:
+    """A mockllm script: each turn one tool call ``(name, arguments)`` or a list of them in one message (explicit
+    usage: mockllm would otherwise count tokens with an encoding it downloads)."""
 
-    def output(name: str, arguments: dict) -> ModelOutput:
-        out = ModelOutput.for_tool_call("mockllm/model", name, arguments)
+    def output(turn: list[tuple[str, dict]]) -> ModelOutput:
+        calls = [ToolCall(id=f"call-{i}", function=name, arguments=args) for i, (name, args) in enumerate(turn)]
+        message = ChatMessageAssistant(content="", tool_calls=calls, model="mockllm/model")
+        out = ModelOutput.from_message(message)
         out.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
         return out
 
-    return iter([output(name, arguments) for name, arguments in calls])
+    return iter([output(turn if isinstance(turn, list) else [turn]) for turn in turns])
+
+
+def test_refused_answers_let_the_agent_go_on_and_a_second_submission_is_refused(server, tmp_path) -> None:
+    truth = get_family("dead-neurons").generate(0, "easy").truth["indices"]
+    turns = [
+        ("submit_answer", {"answer": "not a list"}),  # fits no schema: refused, one step spent, not graded
+        ("submit_answer", {"variable": "nope"}),  # no such sandbox variable
+        [("submit_answer", {"answer": truth}), ("submit_answer", {"answer": truth})],  # graded, then after the end
+    ]
+    model = get_model("mockllm/model", custom_outputs=_scripted(turns))
+    [log] = inspect_eval(mechsandbox(tasks="dead-neurons", url=server.url), model=model, log_dir=str(tmp_path),
+                         display="none")  # fmt: skip
+    [sample] = log.samples
+    tools = [m for m in sample.messages if isinstance(m, ChatMessageTool)]
+    assert [m.error is None for m in tools] == [False, False, True, False], [m.error for m in tools]
+    # one line of reason; a refused answer adds the step it cost, as every run_python result does
+    assert tools[0].error.message.startswith("invalid answer (not graded, counts as a step): index must be")
+    assert tools[0].error.message.splitlines()[1:] == ["[step 1 of 10]"]
+    assert "no variable named 'nope'" in tools[1].error.message.splitlines()[0]
+    assert "episode is over" in tools[3].error.message and "\n" not in tools[3].error.message
+    score = sample.scores["episode_score"]
+    assert (score.value, score.explanation, score.metadata["step"]) == (0.99, "graded", 3)
+    assert json.loads(score.answer) == {"answer": truth}
+    assert open_sessions(server) == 0
 
 
 def test_bad_calls_are_tool_errors_and_the_budget_ends_the_episode(server, tmp_path) -> None:
-    bad = [
+    bad: list = [
         ("run_python", {"code": 5}),  # wrong type
         ("run_python", {"code": "#" * (MAX_CODE_BYTES + 1)}),  # oversized
         ("run_python", {}),  # missing argument
@@ -121,3 +157,4 @@ def test_bad_calls_are_tool_errors_and_the_budget_ends_the_episode(server, tmp_p
     score = sample.scores["episode_score"]
     assert score.explanation == "the step budget ran out" and score.value == pytest.approx(0.01)
     assert score.metadata["step"] == budget  # the refused calls spent nothing
+    assert open_sessions(server) == 0
