@@ -37,6 +37,25 @@ HEAD_FAMILIES = {t for t in FAMILY_IDS if answer_kind(t).names_heads}
 INSTANCE_CACHE_ENV = "MECHSANDBOX_TEST_INSTANCE_DIR"  # set by conftest for the whole run (all xdist workers)
 
 
+def sweep_truths(task_id: str, level: str) -> list[dict[str, Any]]:
+    """The truths of seeds 0..99 for the seed-variation rules: generated, or for a family whose truths are
+    recorded (tests/sweep_truths.py says why), the first 40 generated and compared with the record, then the
+    record's other 60. A mismatch fails here with the command that records them again."""
+    from sweep_truths import SEEDS, canonical, checked_seeds, recorded
+
+    n = checked_seeds(task_id)
+    made = [inst.truth for inst in cached_instances(task_id, range(n), level)]
+    if n == SEEDS:
+        return made
+    record = recorded(task_id, level)
+    for seed, (truth, kept) in enumerate(zip(made, record, strict=False)):
+        assert canonical(truth) == canonical(kept), (
+            f"{task_id} {level} seed {seed}: the generator's truth differs from tests/sweep_truths.json; if the "
+            "change is meant, record them again: python tests/sweep_truths.py --record"
+        )
+    return made + record[n:]
+
+
 @functools.lru_cache(maxsize=256)
 def cached_instance(task_id: str, seed: int, level: str) -> Instance:
     """Each (family, version, seed, level) is generated once per test run and shared by every test.

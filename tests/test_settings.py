@@ -32,6 +32,7 @@ NOT_SETTINGS = {
     "MECHSANDBOX_TEST_SECRET": "tests/test_sandbox_attacks.py: a canary that must not reach the zygote",
     "MECHSANDBOX_TEST_INSTANCE_DIR": "tests/conftest.py: the run's instance cache folder, shared by xdist workers",
     "MECHSANDBOX_URL": "integrations/inspect_task.py: the server an Inspect eval plays on (a client's setting)",
+    "MECHSANDBOX_FULL_SWEEP": "tests/sweep_truths.py: regenerate all 100 seeds of the recorded families' sweeps",
 }
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", "build", "dist", "mechsandbox.egg-info", ".ruff_cache"}
 

@@ -1,11 +1,13 @@
 """The seed sweeps' instances, generated in small chunks: each is well formed and its truth scores 0.99.
 
 Why a file of its own: every family has a 100-seed sweep at every level (the seed-variation and
-constant-answer rules, docs/CONTRACT.md), 3,600 instances in all, and generating them is most of
-the suite's CPU time. One sweep is one test, so the last sweep to start kept one pytest-xdist worker
-busy for minutes while the other sat idle. Here the same instances are generated in chunks of ten
-seeds, as the first tests of the run (tests/time_budget.json gives this file the largest budget),
-so both workers share the generation evenly; the sweeps then load them from the run's cache.
+constant-answer rules, docs/CONTRACT.md), and generating them is most of the suite's CPU time; four slow
+families generate their first 40 seeds and compare them with recorded truths (tests/sweep_truths.py), so
+the default run builds 2,880 instances (3,600 with ``MECHSANDBOX_FULL_SWEEP=1``). One sweep is one test,
+so the last sweep to start kept one pytest-xdist worker busy for minutes while the other sat idle. Here
+the same instances are generated in chunks of ten seeds, as the first tests of the run
+(tests/time_budget.json gives this file the largest budget), so both workers share the generation
+evenly; the sweeps then load them from the run's cache.
 
 What each chunk checks is real: the instance carries its family's version, level and seed, its truth
 names an answer kind, and answering with the truth itself scores 0.99 under the family's grader.
@@ -16,11 +18,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helpers import FAMILY_IDS, cached_instances
+from helpers import FAMILY_IDS, cached_instances, sweep_truths
 from mechsandbox.answer_kind import AnswerKind
 from mechsandbox.tasks import LEVELS, get_family
+from sweep_truths import RECORDED_FAMILIES, checked_seeds
 
-SWEEP_SEEDS = 100  # N_SEEDS of test_variation.py and of each family's own sweep
 CHUNK = 10
 
 
@@ -42,7 +44,7 @@ def answer_from_truth(truth: dict[str, Any]) -> Any:
     return truth[names[0]] if len(names) == 1 else {name: truth[name] for name in names}
 
 
-CHUNKS = [(t, lvl, start) for t in FAMILY_IDS for lvl in LEVELS for start in range(0, SWEEP_SEEDS, CHUNK)]
+CHUNKS = [(t, lvl, start) for t in FAMILY_IDS for lvl in LEVELS for start in range(0, checked_seeds(t), CHUNK)]
 
 
 @pytest.mark.parametrize(("task_id", "level", "start"), CHUNKS, ids=lambda v: str(v))
@@ -53,3 +55,11 @@ def test_sweep_chunk_is_well_formed_and_its_truth_scores_099(task_id: str, level
         assert (inst.task_id, inst.level, inst.seed, inst.family_version) == (fam.id, level, seed, fam.family_version)
         grade = fam.grade(answer_from_truth(inst.truth), inst.truth, inst)
         assert (grade.score, grade.rejected) == (0.99, False), (seed, grade.message)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("task_id", RECORDED_FAMILIES)
+def test_the_recorded_truths_are_the_generators(task_id: str, level: str) -> None:
+    """The generated seeds (40, or 100 in the full run) equal tests/sweep_truths.json's, and the record is whole."""
+    truths = sweep_truths(task_id, level)
+    assert len(truths) == 100 and all(t["kind"] == truths[0]["kind"] for t in truths)
