@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -60,6 +59,7 @@ TOKEN_ENV = "MECHSANDBOX_API_TOKEN"  # the bearer token of a server that require
 CAPACITY_WAIT_S = 300.0  # how long a sample waits for a session when the server is at its session cap
 SERVER_ERROR = -32000  # JSON-RPC's server-error code: OpenEnv's answer when the session cap is reached
 SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
+TASK_KEY = "mechsandbox:task_id"  # the sample's family (for the offline reference model)
 SUBMITTED_KEY = "mechsandbox:submitted"  # the last submit_answer arguments, as JSON (the score's ``answer``)
 RPC_TIMEOUT_S = 600.0  # a run_python step is bounded by the sandbox's own timeout; this only guards a dead server
 SYSTEM_PROMPT = (
@@ -214,6 +214,7 @@ def start_episode(url: str | None = None) -> Solver:
         session_id = await open_session(where)
         store().set(URL_KEY, where)
         store().set(SESSION_KEY, session_id)
+        store().set(TASK_KEY, state.metadata["family"])
         text = await call_tool("start_episode", state.metadata["start_episode"])
         state.messages = [ChatMessageUser(content=text)]
         return state
@@ -295,14 +296,14 @@ def mechsandbox(
 
 
 # -- an offline model: the scripted baseline as an Inspect model API ---------------------------------------------
-TASK_LINE = re.compile(r"^Task (\S+) \((easy|medium|hard), (train|test) split\)", re.MULTILINE)
 
 
 @modelapi(name="mechsandbox-reference")
 class ReferenceModel(ModelAPI):
     """Plays the family's reference snippets (``tasks/<family>/reference.py``, public code without any truth) with
     ``run_python``, then ``submit_answer(variable="answer")``: the scripted baseline, for offline runs and tests.
-    It reads the family off the task text that start_episode returned and counts the tool results so far."""
+    It reads the sample's family from the sample's store (set by start_episode) and counts the tool results so
+    far."""
 
     def __init__(self, model_name: str, base_url: str | None = None, api_key: str | None = None,
                  config: GenerateConfig | None = None, **model_args: Any) -> None:  # fmt: skip
@@ -313,10 +314,10 @@ class ReferenceModel(ModelAPI):
     ) -> ModelOutput:
         from ..tasks import get_family
 
-        found = next((TASK_LINE.search(m.text) for m in input if isinstance(m, ChatMessageUser)), None)
-        if found is None:
-            return self._output(ModelOutput.from_content(self.model_name, "I cannot find the task."))
-        snippets = get_family(found.group(1)).reference
+        task_id = store().get(TASK_KEY)
+        if task_id is None:
+            return self._output(ModelOutput.from_content(self.model_name, "No MechSandbox episode was started."))
+        snippets = get_family(task_id).reference
         ran = sum(isinstance(m, ChatMessageTool) and m.function == "run_python" for m in input)
         if ran < len(snippets):
             call = ("run_python", {"code": snippets[ran]})

@@ -1,7 +1,7 @@
 """The recorded truths of the slow families' seed sweeps (``tests/sweep_truths.json``), and their recorder.
 
 Why: the seed-variation and constant-answer rules are stated over 100 seeds per family and level
-(docs/CONTRACT.md). For the five transformer families below, generating 100 seeds x 3 levels took most of the
+(docs/CONTRACT.md). For the four transformer families below, generating 100 seeds x 3 levels took most of the
 suite's time on the 2-core CI machine (docs/PERFORMANCE.md, "Test suite"), and checking the rules on fewer seeds is
 not the same check: the best constant answer is chosen in-sample, so a smaller sample biases it upwards. So the
 truths of seeds 0..99 are recorded here, the suite regenerates the first ``CHECKED`` seeds of each (family, level)
@@ -9,7 +9,7 @@ and compares them with the record, bit for bit in canonical JSON, and computes t
 100. A generator change shows as a mismatch (or a missing family version) until the record is made again, as
 ``gen-art --check`` does for the canonical artifacts. ``MECHSANDBOX_FULL_SWEEP=1`` regenerates all 100.
 
-Record again (both cores, about 15 minutes here)::
+Record again (both cores: 18 min 54 s here on 2026-12-02)::
 
     OMP_NUM_THREADS=1 .venv/bin/python tests/sweep_truths.py --record
 """
@@ -17,6 +17,7 @@ Record again (both cores, about 15 minutes here)::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -51,10 +52,14 @@ def checked_seeds(task_id: str) -> int:
     return CHECKED
 
 
+@functools.cache
+def _record() -> dict[str, list[dict[str, Any]]]:
+    return json.loads(RECORD.read_text())  # read once per process (every variation test asks for it)
+
+
 def recorded(task_id: str, level: str) -> list[dict[str, Any]]:
     """The 100 recorded truths; a clear failure when the record lacks this family version."""
-    record = json.loads(RECORD.read_text())
-    found = record.get(key(task_id, level))
+    found = _record().get(key(task_id, level))
     if found is None or len(found) != SEEDS:
         raise AssertionError(f"{RECORD.name} has no {SEEDS} truths for {key(task_id, level)}: record them again "
                              f"(python tests/sweep_truths.py --record)")  # fmt: skip
