@@ -24,16 +24,12 @@ session per sample and need no extra transport.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
-import os
-import threading
 from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import httpx
 from inspect_ai import Task, task
 from inspect_ai.agent import AgentState, AgentSubmit, react
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -53,84 +49,26 @@ from inspect_ai.tool import ToolChoice, ToolDef, ToolError, ToolInfo, ToolParams
 from inspect_ai.util import store
 
 from ..protocol import FLOOR
+from .mcp_client import INSTRUCTIONS, SERVER_ERROR, McpError, capacity_delays, rpc, server_url, tool_text
 
-URL_ENV = "MECHSANDBOX_URL"
-TOKEN_ENV = "MECHSANDBOX_API_TOKEN"  # the bearer token of a server that requires one (the server's own setting)
 CAPACITY_WAIT_S = 300.0  # how long a sample waits for a session when the server is at its session cap
-SERVER_ERROR = -32000  # JSON-RPC's server-error code: OpenEnv's answer when the session cap is reached
 SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
 TASK_KEY = "mechsandbox:task_id"  # the sample's family (for the offline reference model)
 SUBMITTED_KEY = "mechsandbox:submitted"  # the last submit_answer arguments, as JSON (the score's ``answer``)
 RPC_TIMEOUT_S = 600.0  # a run_python step is bounded by the sandbox's own timeout; this only guards a dead server
-SYSTEM_PROMPT = (
-    "You are doing mechanistic interpretability on a small PyTorch model with a planted mechanism. Probe it with the "
-    "run_python tool (the model and its probe data are in the namespace; variables persist; every call spends one "
-    "step of the budget), then call submit_answer once with the answer the task's schema describes. describe_task "
-    "shows the task again and the steps left, for free."
-)
-
-_local_lock = threading.Lock()
-_local_server: Any = None
-
-
-def server_url(url: str | None = None) -> str:
-    """The server to play on: ``url``, ``$MECHSANDBOX_URL``, or a local server started once per process."""
-    global _local_server
-    chosen = url or os.environ.get(URL_ENV)
-    if chosen:
-        return chosen.rstrip("/")
-    with _local_lock:
-        if _local_server is None:
-            import tempfile
-
-            from ..evaluation.local_server import LocalServer
-
-            log = os.path.join(tempfile.mkdtemp(prefix="mechsandbox-inspect-"), "server.log")
-            try:
-                _local_server = LocalServer(log_path=log).start()
-            except RuntimeError as exc:
-                raise RuntimeError(f"{exc}; its log: {log}") from None
-            atexit.register(_local_server.stop)
-        return _local_server.url
-
-
-# -- JSON-RPC over POST /mcp ---------------------------------------------------------------------------------------
-class McpError(RuntimeError):
-    """A JSON-RPC error from /mcp (an unknown or reaped session, the session cap): the sample fails, loudly."""
-
-    def __init__(self, message: str, code: int | None = None):
-        super().__init__(message)
-        self.code = code
-
-
-async def rpc(url: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    token = os.environ.get(TOKEN_ENV)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(base_url=url, timeout=RPC_TIMEOUT_S, headers=headers) as http:
-        response = await http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
-    try:
-        reply = response.json()
-    except ValueError:
-        reply = None
-    if not isinstance(reply, dict) or ("result" not in reply and "error" not in reply):
-        raise McpError(f"{method}: HTTP {response.status_code} from {url}/mcp: {response.text[:200]}")
-    if "error" in reply:
-        error = reply["error"] if isinstance(reply["error"], dict) else {}
-        raise McpError(f"{method}: {error.get('message')} (code {error.get('code')})", error.get("code"))
-    return reply["result"]
 
 
 async def open_session(url: str) -> str:
     """A new OpenEnv session; at the server's session cap, wait (with backoff) for another sample to close one."""
-    delay, waited = 0.5, 0.0
+    delays = capacity_delays(CAPACITY_WAIT_S)
     while True:
         try:
-            return (await rpc(url, "openenv/session/create", {}))["session_id"]
+            return (await rpc(url, "openenv/session/create", {}, RPC_TIMEOUT_S))["session_id"]
         except McpError as exc:
-            if exc.code != SERVER_ERROR or waited >= CAPACITY_WAIT_S:
+            delay = next(delays, None) if exc.code == SERVER_ERROR else None
+            if delay is None:
                 raise
         await anyio.sleep(delay)
-        waited, delay = waited + delay, min(delay * 2, 10.0)
 
 
 async def call_tool(name: str, arguments: dict[str, Any]) -> str:
@@ -139,8 +77,9 @@ async def call_tool(name: str, arguments: dict[str, Any]) -> str:
     url, session_id = store().get(URL_KEY), store().get(SESSION_KEY)
     if session_id is None:
         raise McpError("no MechSandbox session: add start_episode() to the task's setup")
-    result = await rpc(url, "tools/call", {"name": name, "arguments": arguments, "session_id": session_id})
-    text = "".join(part.get("text", "") for part in result.get("content", []))
+    result = await rpc(url, "tools/call", {"name": name, "arguments": arguments, "session_id": session_id},
+                       RPC_TIMEOUT_S)
+    text = tool_text(result)
     if result.get("isError"):
         raise ToolError(text)
     if result.get("structuredContent"):
@@ -225,8 +164,8 @@ def start_episode(url: str | None = None) -> Solver:
 async def _close_session(state: TaskState) -> None:
     session_id = state.store.get(SESSION_KEY)
     if session_id is not None:
-        with contextlib.suppress(McpError, httpx.HTTPError):  # reaped, or the server went away: nothing is left open
-            await rpc(state.store.get(URL_KEY), "openenv/session/close", {"session_id": session_id})
+        with contextlib.suppress(McpError):  # reaped, or the server went away (ServerUnavailable): nothing is left open
+            await rpc(state.store.get(URL_KEY), "openenv/session/close", {"session_id": session_id}, RPC_TIMEOUT_S)
 
 
 async def _until_episode_ends(state: AgentState) -> bool:
@@ -283,7 +222,7 @@ def mechsandbox(
         dataset=episodes(tasks, levels, split, instances, first, run_token),
         setup=start_episode(url),
         solver=react(
-            prompt=SYSTEM_PROMPT,
+            prompt=INSTRUCTIONS,
             tools=[episode_tool("run_python"), episode_tool("describe_task")],
             submit=AgentSubmit(name="submit_answer", tool=episode_tool("submit_answer"), answer_only=True,
                                keep_in_messages=True),  # a refused submission stays visible in the log

@@ -31,7 +31,8 @@ NOT_SETTINGS = {
     "MECHSANDBOX_TOOLS": "tests/test_packaging.py: a cache of tool venvs (openenv-core 0.3.0)",
     "MECHSANDBOX_TEST_SECRET": "tests/test_sandbox_attacks.py: a canary that must not reach the zygote",
     "MECHSANDBOX_TEST_INSTANCE_DIR": "tests/conftest.py: the run's instance cache folder, shared by xdist workers",
-    "MECHSANDBOX_URL": "integrations/inspect_task.py: the server an Inspect eval plays on (a client's setting)",
+    "MECHSANDBOX_URL": "integrations/mcp_client.py: the server an Inspect eval or a TRL environment plays on "
+    "(a client's setting)",
     "MECHSANDBOX_FULL_SWEEP": "tests/sweep_truths.py: regenerate all 100 seeds of the recorded families' sweeps",
 }
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", "build", "dist", "mechsandbox.egg-info", ".ruff_cache"}

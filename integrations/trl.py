@@ -1,0 +1,263 @@
+"""MechSandbox as an environment of TRL's ``GRPOTrainer`` (issue 19): ``environment_factory=environment_factory()``.
+
+TRL (1.16) runs multi-turn rollouts through environment objects: it calls the factory with no arguments (once to
+read the tools, then once per rollout slot it has not filled yet, keeping the instances in a pool), calls
+``reset(**row)`` with the dataset row's columns before each rollout and appends the returned text to the row's
+last user message, offers every public method as a tool (the JSON schema comes from the type hints and the
+Google-style docstring), and calls ``get_reward()`` once per finished rollout. Here:
+
+- ``reset`` opens an OpenEnv session on a MechSandbox server (``url``, else ``$MECHSANDBOX_URL``, else a local
+  server started for the process) and starts the row's episode (columns ``task_id``, ``level``, ``seed``; also
+  ``split``, ``index`` and ``run_token``); it returns the task's text (prompt, answer schema, example, budget).
+- The tools are ``run_python``, ``submit_answer`` and ``describe_task``: the server's own tools over POST /mcp,
+  so the step budget, the 64 KiB cap, the one graded submission and train-only truth are the server's rules.
+- ``get_reward`` is the episode's graded score in [0.01, 0.99], the floor 0.01 when nothing was graded, and
+  closes the session. So a rollout holds one session from ``reset`` to ``get_reward``, and a trainer holds as many
+  as it runs rollouts at once (its generation batch): a local server's cap is 64 sessions (a loopback client is
+  exempt from the per-client share), a remote server gives one client a quarter of its cap (16 by default).
+
+What each way a rollout can go wrong gives (tests/test_trl.py runs each through ``GRPOTrainer``):
+
+- the step budget runs out: the server ends the episode at the floor, so the reward is 0.01; later tool calls
+  are refused (TRL shows the model the error);
+- an answer that does not fit the task's schema: ``submit_answer`` raises :class:`ToolRefused` (TRL shows the
+  model the message; the step is spent and the episode goes on); if no later answer is graded, the reward is 0.01;
+- the rollout ends (no more tool calls, TRL's ``max_tool_calling_iterations`` or the completion length) before an
+  answer is graded: 0.01;
+- the server goes away or stops answering (``timeout_s``): the tool call raises :class:`ServerUnavailable`
+  (connection errors at once, a hung server after ``timeout_s``); later calls in the rollout fail at once with the
+  same message, and ``get_reward`` raises it, so training stops with that one line instead of learning from
+  rewards that were never graded. ``reset`` raises it too, as it does for a row the server refuses (an unknown
+  task) and for a server at its session cap that has not freed a session within ``capacity_wait_s``.
+
+Nothing here imports torch or the task registry, so a trainer on one machine can play on a server on another.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import httpx
+
+from ..protocol import FLOOR
+from .mcp_client import (
+    INSTRUCTIONS,
+    SERVER_ERROR,
+    McpError,
+    ServerUnavailable,
+    SyncRpc,
+    capacity_delays,
+    server_url,
+    tool_text,
+    unavailable,
+)
+
+__all__ = ["MechSandboxEnv", "ServerUnavailable", "ToolRefused", "environment_factory", "episode_dataset"]
+
+START_COLUMNS = ("task_id", "level", "split", "seed", "index", "run_token")  # the row columns start_episode takes
+
+
+class ToolRefused(McpError):
+    """A tool call the server refused (bad arguments, an episode rule, an answer that does not fit the schema).
+    TRL catches it and shows the model its one line; the episode goes on."""
+
+
+def _release(rpc: SyncRpc, sessions: list[str]) -> None:
+    """Close the sessions still open (at ``get_reward``, at a new ``reset``)."""
+    while sessions:
+        with contextlib.suppress(McpError):  # reaped already, or the server is gone: nothing is left open on it
+            rpc("openenv/session/close", {"session_id": sessions.pop()})
+
+
+def _finish(rpc: SyncRpc, sessions: list[str]) -> None:
+    """At garbage collection or exit: the open session, then the connection."""
+    _release(rpc, sessions)
+    rpc.close()
+
+
+class MechSandboxEnv:
+    """One rollout's MechSandbox episode, for ``GRPOTrainer(environment_factory=...)``.
+
+    Args:
+        url: the server (default ``$MECHSANDBOX_URL``, else a local server started for this process).
+        timeout_s: how long one call may take before the server counts as gone (a snippet's own wall limit is 10 s
+            on a default server; starting an episode may generate a transformer instance first).
+        capacity_wait_s: how long ``reset`` waits for a session while the server is at its session cap. The
+            rollouts of one batch hold their sessions until their rewards are read, so a batch larger than the
+            server's cap cannot be waited out: it fails with the cap's message after this long.
+    """
+
+    def __init__(self, url: str | None = None, *, timeout_s: float = 120.0, capacity_wait_s: float = 30.0):
+        self._url = server_url(url)
+        self._rpc = SyncRpc(self._url, timeout_s)
+        self._capacity_wait_s = capacity_wait_s
+        self._sessions: list[str] = []  # the open session (at most one), as a list the finalizer can read
+        self._state: dict[str, Any] = {}  # the episode's state from the last tool call (done, score, step, ...)
+        self._lost: McpError | None = None  # why the rollout's episode cannot go on (the server went away)
+        weakref.finalize(self, _finish, self._rpc, self._sessions)
+        self._check_server()
+
+    # -- TRL's environment contract --------------------------------------------------------------------------
+    def reset(self, prompt: Any = None, **row: Any) -> str:
+        """Start the row's episode in a new session and return the task's text (appended to the row's prompt)."""
+        self._end_episode()  # a previous rollout whose reward was never read
+        self._sessions.append(self._open_session())
+        start = {name: row[name] for name in START_COLUMNS if row.get(name) is not None}
+        text = self._call("start_episode", start)
+        return f"\n\n{text}" if _has_text(prompt) else text
+
+    def run_python(self, code: str) -> str:
+        """Run Python in the episode's sandbox and return what it printed, or its error.
+
+        The model under study and its probe data are in the namespace, and variables persist between calls. Each
+        call spends one step of the episode's budget.
+
+        Args:
+            code: Python source (at most 64 KiB); print what you want to see.
+        """
+        return self._call("run_python", {"code": code})
+
+    def submit_answer(self, answer: Any = None, variable: str | None = None) -> str:
+        """Submit the final answer; it is graded once and a graded answer ends the episode.
+
+        Give exactly one of the two arguments. An answer that does not fit the task's answer schema is refused
+        without a grade (the step is spent) and may be submitted again.
+
+        Args:
+            answer: The answer as a JSON value, in the shape the task's answer schema describes.
+            variable: The name of a sandbox variable that holds the answer.
+        """
+        arguments = {name: value for name, value in (("answer", answer), ("variable", variable)) if value is not None}
+        text = self._call("submit_answer", arguments)
+        if not self._state.get("done"):
+            raise ToolRefused(text)  # not graded: an error, so TRL counts it and the model sees it as one
+        return text
+
+    def describe_task(self) -> str:
+        """Show the task again with the steps used and left, and whether the episode has ended. Free: no step."""
+        return self._call("describe_task", {})
+
+    def get_reward(self) -> float:
+        """The episode's graded score; the floor (0.01) when no answer was graded. Closes the rollout's session.
+        Raises :class:`ServerUnavailable` when the server went away during the rollout."""
+        lost, state = self._lost, self._state
+        self._end_episode()
+        if lost is not None:
+            raise lost
+        graded = state.get("done") and state.get("score") is not None
+        return float(state["score"]) if graded else FLOOR
+
+    # -- for reward functions and logging (properties: TRL offers only methods as tools) ----------------------
+    @property
+    def episode_state(self) -> dict[str, Any]:
+        """The episode's state as of the last tool call (task_id, level, step, max_steps, done, score, ...)."""
+        return dict(self._state)
+
+    @property
+    def url(self) -> str:
+        return self._url
+
+    # -- internals --------------------------------------------------------------------------------------------
+    def _end_episode(self) -> None:
+        """Close the session, unless the server is known to be gone (its reaper frees it if it comes back: a
+        close call to a hung server would wait ``timeout_s`` per rollout)."""
+        if self._lost is not None:
+            self._sessions.clear()
+        _release(self._rpc, self._sessions)
+        self._state, self._lost = {}, None
+
+    def _check_server(self) -> None:
+        """Fail when the trainer is built, not at its first rollout, if nothing answers at ``url``."""
+        try:
+            response = self._rpc.http.get("/health")
+        except httpx.HTTPError as exc:
+            raise unavailable(self._url, "health", exc) from None
+        if response.status_code != 200:
+            raise ServerUnavailable(f"health: the MechSandbox server at {self._url} answered HTTP "
+                                    f"{response.status_code}: {response.text[:200]}")  # fmt: skip
+
+    def _open_session(self) -> str:
+        delays = capacity_delays(self._capacity_wait_s)
+        while True:
+            try:
+                return self._rpc("openenv/session/create", {})["session_id"]
+            except McpError as exc:
+                delay = next(delays, None) if exc.code == SERVER_ERROR else None
+                if delay is None:
+                    if exc.code == SERVER_ERROR:
+                        raise McpError(f"{exc} after waiting {self._capacity_wait_s:g} s: each rollout of a batch "
+                                       "holds a session until its reward is read, so the generation batch must fit "
+                                       "the server's session cap (MECHSANDBOX_SESSION_CAP) and, for a remote client, "
+                                       "its share (MECHSANDBOX_CLIENT_SHARE)", exc.code) from None  # fmt: skip
+                    raise
+            time.sleep(delay)
+
+    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        if self._lost is not None:
+            raise self._lost
+        if not self._sessions:
+            raise ToolRefused(f"{name}: no episode is running (the environment's reset starts one)")
+        params = {"name": name, "arguments": arguments, "session_id": self._sessions[-1]}
+        try:
+            result = self._rpc("tools/call", params)
+        except McpError as exc:  # the server is gone, or the session is (reaped): the episode cannot go on
+            self._lost = exc
+            raise
+        text = tool_text(result)
+        if result.get("isError"):
+            raise ToolRefused(text)
+        if result.get("structuredContent"):
+            self._state = result["structuredContent"]
+        return text
+
+    def __enter__(self) -> MechSandboxEnv:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end_episode()
+
+
+def _has_text(prompt: Any) -> bool:
+    """Whether the row's prompt ends in a non-empty message (then the task text is set off by a blank line)."""
+    if isinstance(prompt, str):
+        return bool(prompt.strip())
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return bool(str(prompt[-1].get("content") or "").strip())
+    return False
+
+
+def environment_factory(url: str | None = None, **options: Any) -> Callable[[], MechSandboxEnv]:
+    """What ``GRPOTrainer(environment_factory=...)`` takes: a no-argument callable making environments on ``url``
+    (see :class:`MechSandboxEnv` for ``timeout_s`` and ``capacity_wait_s``)."""
+    return functools.partial(MechSandboxEnv, url, **options)
+
+
+def episode_dataset(
+    tasks: str | Sequence[str],
+    levels: str | Sequence[str] = "easy",
+    seeds: int | Iterable[int] = 8,
+    instructions: str = INSTRUCTIONS,
+) -> Any:
+    """A ``datasets.Dataset`` of train episodes: one row per (task, level, seed), with a conversational ``prompt``
+    (the instructions; ``reset`` appends the task's own text) and the columns ``reset`` starts the episode from.
+    ``seeds`` is a count (seeds 0..n-1) or the seeds themselves. GRPO plays each row ``num_generations`` times: the
+    group shares one instance, so the advantages compare the policy's attempts at the same model."""
+    from datasets import Dataset
+
+    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
+    level_names = [v.strip() for v in levels.split(",")] if isinstance(levels, str) else list(levels)
+    seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
+    rows = [(t, v, s) for t in names if t for v in level_names if v for s in seed_list]
+    if not rows:
+        raise ValueError("episode_dataset: no tasks, levels or seeds")
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": instructions}] for _ in rows],
+        "task_id": [t for t, _, _ in rows],
+        "level": [v for _, v, _ in rows],
+        "seed": [s for _, _, s in rows],
+    })  # fmt: skip

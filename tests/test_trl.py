@@ -1,0 +1,211 @@
+"""The TRL environment (integrations/trl.py, issue 19) in TRL's real GRPOTrainer, on real servers, with tiny models
+built here (integrations/tiny_chat.py): the example script's smoke run, a graded reward through the same tool
+methods, and each documented way a rollout ends badly (the budget, a refused answer, a server that goes away or
+hangs, a full server), each giving the floor or one raised line, never a hang."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+from server_harness import running_server
+
+pytest.importorskip("trl", reason="the [trl] extra (in dev) is not installed")
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+from mechsandbox.integrations.mcp_client import McpError
+from mechsandbox.integrations.tiny_chat import tiny_chat_model
+from mechsandbox.integrations.trl import (
+    MechSandboxEnv,
+    ServerUnavailable,
+    ToolRefused,
+    environment_factory,
+    episode_dataset,
+)
+from mechsandbox.protocol import FLOOR
+from mechsandbox.tasks import get_family
+from transformers.utils import get_json_schema
+from trl import GRPOConfig, GRPOTrainer
+
+ROOT = Path(__file__).resolve().parents[1]
+BUDGET = 4  # every train episode's step budget on the module's server (dead-neurons' reference: 3 runs + submit)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("trl"), MECHSANDBOX_TRAIN_MAX_STEPS=str(BUDGET)) as s:
+        yield s
+
+
+def open_sessions(url: str) -> int:
+    return httpx.get(f"{url}/health", timeout=30).json()["sessions"]["websocket"]
+
+
+class Recording(MechSandboxEnv):
+    """Keeps each rollout's final episode state (read before ``get_reward`` closes the session) and its reward."""
+
+    seen: ClassVar[list[tuple[dict[str, Any], float]]] = []
+
+    def get_reward(self) -> float:
+        state = self.episode_state
+        reward = super().get_reward()
+        Recording.seen.append((state, reward))
+        return reward
+
+
+class ReferencePlayed(Recording):
+    """Plays the family's reference snippets through ``run_python`` before the model speaks, so the sandbox holds
+    ``answer`` and the scripted policy's ``submit_answer(variable="answer")`` is graded on its merits."""
+
+    def reset(self, prompt: Any = None, **row: Any) -> str:
+        text = super().reset(prompt, **row)
+        for snippet in get_family(row["task_id"]).reference:
+            self.run_python(snippet)
+        return text
+
+
+def grpo_step(factory, tool_call, tmp_path, *, max_tool_calls: int = 2, task: str = "dead-neurons") -> dict:
+    """One GRPO step (one instance, a group of two rollouts) with the scripted policy; the step's logged metrics."""
+    Recording.seen.clear()
+    model, tokenizer = tiny_chat_model(tool_call=tool_call)
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                        num_generations=2, max_completion_length=1024, max_tool_calling_iterations=max_tool_calls,
+                        max_steps=1, logging_steps=1, save_strategy="no", report_to="none")  # fmt: skip
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, environment_factory=factory,
+                          train_dataset=episode_dataset(task, "easy", [3]))  # fmt: skip
+    trainer.train()
+    return trainer.state.log_history[0]
+
+
+def env_reward(logged: dict) -> float:
+    """The step's mean environment reward, as TRL logs it (under the environment class's name)."""
+    [key] = [k for k in logged if k.startswith("rewards/") and k.endswith("/mean")]
+    return logged[key]
+
+
+def test_the_example_script_runs_grpo_steps_on_a_tiny_model(server, tmp_path) -> None:
+    command = [sys.executable, str(ROOT / "examples" / "grpo_mechsandbox.py"), "--tiny", "--url", server.url,
+               "--max-steps", "2", "--seeds", "2", "--num-generations", "2", "--batch-size", "2",
+               "--max-completion-length", "48", "--output-dir", str(tmp_path)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # random weights never submit: every rollout ended ungraded, at the floor, and closed its session
+    assert "grpo_mechsandbox: 2 steps; mean reward per step: 0.010, 0.010" in done.stdout, done.stdout[-2000:]
+    assert open_sessions(server.url) == 0
+
+
+def test_a_reference_solution_through_the_tool_methods_earns_a_graded_reward(server, tmp_path) -> None:
+    factory = environment_factory(server.url).func  # the class: the subclass below takes the same arguments
+    assert factory is MechSandboxEnv
+    logged = grpo_step(lambda: ReferencePlayed(server.url), ("submit_answer", {"variable": "answer"}), tmp_path,
+                       max_tool_calls=1)  # fmt: skip
+    assert len(Recording.seen) == 2
+    for state, reward in Recording.seen:
+        assert state["done"] and not state["truncated"] and state["task_id"] == "dead-neurons"
+        assert reward == state["score"] >= 0.95
+    assert env_reward(logged) >= 0.95 and logged["tools/failure_frequency"] == 0
+    assert open_sessions(server.url) == 0
+
+
+def test_a_rollout_that_spends_the_budget_gets_the_floor(server, tmp_path) -> None:
+    logged = grpo_step(lambda: Recording(server.url), ("run_python", {"code": "print(6 * 7)"}), tmp_path,
+                       max_tool_calls=BUDGET + 2)  # fmt: skip
+    for state, reward in Recording.seen:
+        assert state["done"] and state["truncated"] and state["step"] == BUDGET and reward == FLOOR, state
+    # the two calls after the end were refused, and TRL counted them as failed tool calls
+    assert env_reward(logged) == pytest.approx(FLOOR) and logged["tools/failure_frequency"] > 0
+
+
+def test_a_malformed_answer_is_refused_and_the_rollout_gets_the_floor(server, tmp_path) -> None:
+    logged = grpo_step(lambda: Recording(server.url), ("submit_answer", {"answer": "no such answer"}), tmp_path)
+    for state, reward in Recording.seen:
+        assert not state["done"] and state["step"] == 2 and reward == FLOOR  # two refused submissions, two steps
+    assert env_reward(logged) == pytest.approx(FLOOR) and logged["tools/failure_frequency"] == 1.0
+    env = MechSandboxEnv(server.url)
+    env.reset(task_id="dead-neurons", level="easy", seed=3)
+    with pytest.raises(ToolRefused, match="answer"):
+        env.submit_answer(answer="no such answer")
+    with pytest.raises(ToolRefused, match="exactly one of answer or variable"):
+        env.submit_answer()
+    assert env.get_reward() == FLOOR
+
+
+def test_the_tools_trl_offers_are_the_episode_tools_with_their_arguments_described(server, tmp_path) -> None:
+    model, tokenizer = tiny_chat_model()
+    config = GRPOConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                        num_generations=2, max_steps=1, report_to="none")  # fmt: skip
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, environment_factory=
+                          environment_factory(server.url), train_dataset=episode_dataset("dead-neurons"))  # fmt: skip
+    schemas = {s["function"]["name"]: s["function"] for s in map(get_json_schema, trainer.tools)}
+    assert set(schemas) == {"run_python", "submit_answer", "describe_task"}
+    assert set(schemas["submit_answer"]["parameters"]["properties"]) == {"answer", "variable"}
+    assert "64 KiB" in schemas["run_python"]["parameters"]["properties"]["code"]["description"]
+    assert trainer.reward_func_names == ["MechSandboxEnv"]
+
+
+def test_reset_refuses_a_row_the_server_refuses(server) -> None:
+    with MechSandboxEnv(server.url) as env, pytest.raises(ToolRefused, match="no-such-family"):
+        env.reset(task_id="no-such-family")
+    with pytest.raises(ToolRefused, match="no episode is running"):
+        MechSandboxEnv(server.url).run_python("print(1)")
+
+
+class StopsTheServer(Recording):
+    """Once both rollouts of the group have started their episodes, the server goes away (stopped, as a crash or a
+    redeploy would), so the tool calls and the rewards of running episodes meet a dead server."""
+
+    server: ClassVar[Any] = None
+    resets: ClassVar[int] = 0
+
+    def reset(self, prompt: Any = None, **row: Any) -> str:
+        text = super().reset(prompt, **row)
+        StopsTheServer.resets += 1
+        if StopsTheServer.resets == 2:
+            StopsTheServer.server.stop()
+        return text
+
+
+def test_a_server_that_goes_away_mid_rollout_stops_training_with_one_line(tmp_path) -> None:
+    with running_server(tmp_path, MECHSANDBOX_SESSION_CAP="2") as doomed:
+        # first, a full server: a third session waits capacity_wait_s, then fails naming the setting
+        holders = [MechSandboxEnv(doomed.url) for _ in range(2)]
+        for env in holders:
+            env.reset(task_id="dead-neurons", seed=1)
+        started = time.monotonic()
+        with pytest.raises(McpError, match="MECHSANDBOX_SESSION_CAP"):
+            MechSandboxEnv(doomed.url, capacity_wait_s=1.0).reset(task_id="dead-neurons", seed=1)
+        assert time.monotonic() - started < 15
+        assert [env.get_reward() for env in holders] == [FLOOR, FLOOR] and open_sessions(doomed.url) == 0
+
+        StopsTheServer.server = doomed
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailable, match="did not answer"):
+            grpo_step(lambda: StopsTheServer(doomed.url), ("run_python", {"code": "print(1)"}), tmp_path)
+        assert time.monotonic() - started < 120
+        assert StopsTheServer.resets == 2  # both episodes had started: the error came from the running rollouts
+
+
+def test_a_server_that_never_answers_times_out() -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    accepted: list[socket.socket] = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailable, match="did not answer"):
+            MechSandboxEnv(f"http://127.0.0.1:{listener.getsockname()[1]}", timeout_s=1.0)
+        assert time.monotonic() - started < 10
+    finally:
+        for conn in accepted:
+            conn.close()
+        listener.close()
