@@ -49,7 +49,16 @@ from inspect_ai.tool import ToolChoice, ToolDef, ToolError, ToolInfo, ToolParams
 from inspect_ai.util import store
 
 from ..protocol import FLOOR
-from .mcp_client import INSTRUCTIONS, SERVER_ERROR, McpError, capacity_delays, rpc, server_url, tool_text
+from .mcp_client import (
+    INSTRUCTIONS,
+    McpError,
+    capacity_delays,
+    rpc,
+    server_url,
+    split_names,
+    tool_text,
+    wait_for_capacity,
+)
 
 CAPACITY_WAIT_S = 300.0  # how long a sample waits for a session when the server is at its session cap
 SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
@@ -65,9 +74,7 @@ async def open_session(url: str) -> str:
         try:
             return (await rpc(url, "openenv/session/create", {}, RPC_TIMEOUT_S))["session_id"]
         except McpError as exc:
-            delay = next(delays, None) if exc.code == SERVER_ERROR else None
-            if delay is None:
-                raise
+            delay = wait_for_capacity(exc, delays)
         await anyio.sleep(delay)
 
 
@@ -111,10 +118,6 @@ def episode_tool(name: str) -> ToolDef:
 Names = str | Sequence[str]  # comma-separated, or a list (``-T tasks=a,b`` on the CLI; a list from Python)
 
 
-def _names(value: Names) -> list[str]:
-    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
-
-
 def episodes(
     tasks: Names, levels: Names, split: str, instances: int, first: int, run_token: str | None
 ) -> MemoryDataset:
@@ -123,13 +126,13 @@ def episodes(
 
     if split not in ("train", "test"):
         raise ValueError(f"split must be train or test, not {split!r}")
-    bad = [level for level in _names(levels) if level not in LEVELS]
+    bad = [level for level in split_names(levels) if level not in LEVELS]
     if bad:
         raise ValueError(f"unknown level {bad[0]!r}; the levels are {', '.join(LEVELS)}")
     samples = []
-    families = dict.fromkeys(get_family(f).id for f in _names(tasks))  # aliases resolved, duplicates dropped
+    families = dict.fromkeys(get_family(f).id for f in split_names(tasks))  # aliases resolved, duplicates dropped
     for task_id in families:  # an unknown name failed above, before any episode
-        for level in dict.fromkeys(_names(levels)):
+        for level in dict.fromkeys(split_names(levels)):
             for n in range(first, first + instances):
                 where = {"seed": n} if split == "train" else {"index": n}
                 start = {"task_id": task_id, "level": level, "split": split, **where}

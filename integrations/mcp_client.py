@@ -12,7 +12,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -32,11 +32,18 @@ _local_server: Any = None
 
 
 class McpError(RuntimeError):
-    """A JSON-RPC error from /mcp (an unknown or reaped session, the session cap, a refused tool call)."""
+    """A JSON-RPC error from /mcp (an unknown or reaped session, the session cap, a refused request)."""
 
-    def __init__(self, message: str, code: int | None = None):
+    def __init__(self, message: str, code: int | None = None, data: Any = None):
         super().__init__(message)
         self.code = code
+        self.data = data
+
+    @property
+    def at_capacity(self) -> bool:
+        """The server's session cap (or this client's share of it): OpenEnv's -32000 with the cap in ``data``.
+        Its other -32000 (the environment could not be built) carries no cap and is not worth waiting for."""
+        return self.code == SERVER_ERROR and isinstance(self.data, dict) and "max_sessions" in self.data
 
 
 class ServerUnavailable(McpError):
@@ -91,7 +98,8 @@ def rpc_result(url: str, method: str, response: httpx.Response) -> dict[str, Any
         raise McpError(f"{method}: HTTP {response.status_code} from {url}/mcp: {response.text[:200]}")
     if "error" in reply:
         error = reply["error"] if isinstance(reply["error"], dict) else {}
-        raise McpError(f"{method}: {error.get('message')} (code {error.get('code')})", error.get("code"))
+        raise McpError(f"{method}: {error.get('message')} (code {error.get('code')})", error.get("code"),
+                       error.get("data"))  # fmt: skip
     return reply["result"]
 
 
@@ -107,6 +115,21 @@ def capacity_delays(wait_s: float) -> Iterator[float]:
         delay = min(delay, wait_s - waited)
         yield delay
         waited, delay = waited + delay, min(delay * 2, 10.0)
+
+
+def wait_for_capacity(exc: McpError, delays: Iterator[float]) -> float:
+    """The next delay before asking for a session again, when ``exc`` says the server is full and ``delays`` has
+    one left; otherwise ``exc`` is the answer and is raised."""
+    delay = next(delays, None) if exc.at_capacity else None
+    if delay is None:
+        raise exc
+    return delay
+
+
+def split_names(value: str | Sequence[str]) -> list[str]:
+    """A comma-separated string (a CLI argument) or a list, as a list of non-empty names."""
+    names = value.split(",") if isinstance(value, str) else value
+    return [name.strip() for name in names if name.strip()]
 
 
 async def rpc(url: str, method: str, params: dict[str, Any], timeout_s: float) -> dict[str, Any]:
@@ -127,9 +150,10 @@ class SyncRpc:
         timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
         self.http = httpx.Client(base_url=url, timeout=timeout, headers=headers())
 
-    def __call__(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def __call__(self, method: str, params: dict[str, Any], timeout_s: float | None = None) -> dict[str, Any]:
         try:
-            response = self.http.post("/mcp", json=request_body(method, params))
+            extra = {} if timeout_s is None else {"timeout": timeout_s}
+            response = self.http.post("/mcp", json=request_body(method, params), **extra)
         except httpx.HTTPError as exc:
             raise unavailable(self.url, method, exc) from None
         return rpc_result(self.url, method, response)

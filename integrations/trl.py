@@ -7,28 +7,35 @@ last user message, offers every public method as a tool (the JSON schema comes f
 Google-style docstring), and calls ``get_reward()`` once per finished rollout. Here:
 
 - ``reset`` opens an OpenEnv session on a MechSandbox server (``url``, else ``$MECHSANDBOX_URL``, else a local
-  server started for the process) and starts the row's episode (columns ``task_id``, ``level``, ``seed``; also
-  ``split``, ``index`` and ``run_token``); it returns the task's text (prompt, answer schema, example, budget).
+  server started for the process) and starts the row's train episode (columns ``task_id``, ``level``, ``seed``;
+  a test-split row is refused: GRPO learns from the grades of every rollout it plays); it returns the task's text
+  (prompt, answer schema, example, budget).
 - The tools are ``run_python``, ``submit_answer`` and ``describe_task``: the server's own tools over POST /mcp,
   so the step budget, the 64 KiB cap, the one graded submission and train-only truth are the server's rules.
 - ``get_reward`` is the episode's graded score in [0.01, 0.99], the floor 0.01 when nothing was graded, and
-  closes the session. So a rollout holds one session from ``reset`` to ``get_reward``, and a trainer holds as many
-  as it runs rollouts at once (its generation batch): a local server's cap is 64 sessions (a loopback client is
-  exempt from the per-client share), a remote server gives one client a quarter of its cap (16 by default).
+  closes the session. So a rollout holds one session from ``reset`` to ``get_reward``, and a trainer process
+  holds as many as it generates rollouts at once (``per_device_train_batch_size`` x ``steps_per_generation``;
+  the processes of one host share a remote server's per-client quota): a local server's cap is 64 sessions (a
+  loopback client is exempt from the per-client share), a remote server gives one client a quarter of its cap
+  (16 by default).
 
-What each way a rollout can go wrong gives (tests/test_trl.py runs each through ``GRPOTrainer``):
+What each way a rollout can go wrong gives (tests/test_trl.py runs them through ``GRPOTrainer``):
 
 - the step budget runs out: the server ends the episode at the floor, so the reward is 0.01; later tool calls
-  are refused (TRL shows the model the error);
-- an answer that does not fit the task's schema: ``submit_answer`` raises :class:`ToolRefused` (TRL shows the
-  model the message; the step is spent and the episode goes on); if no later answer is graded, the reward is 0.01;
+  are refused;
+- an answer that does not fit the task's schema, or any call the server refuses (bad arguments, a request over
+  its size limits, a session it reaped after ``MECHSANDBOX_IDLE_TIMEOUT_S`` of silence): the tool raises
+  :class:`ToolRefused`, which TRL shows the model as the tool's result; the episode goes on where it can, and if
+  no answer is graded the reward is 0.01;
 - the rollout ends (no more tool calls, TRL's ``max_tool_calling_iterations`` or the completion length) before an
   answer is graded: 0.01;
-- the server goes away or stops answering (``timeout_s``): the tool call raises :class:`ServerUnavailable`
-  (connection errors at once, a hung server after ``timeout_s``); later calls in the rollout fail at once with the
-  same message, and ``get_reward`` raises it, so training stops with that one line instead of learning from
-  rewards that were never graded. ``reset`` raises it too, as it does for a row the server refuses (an unknown
-  task) and for a server at its session cap that has not freed a session within ``capacity_wait_s``.
+- the server goes away or stops answering (``timeout_s``): the tool call raises :class:`ServerUnavailable`; the
+  process remembers the server as down, so every later call of every rollout fails at once with that line (a
+  batch waits one timeout, not one per rollout), closes are skipped, and ``get_reward`` of a rollout that met it
+  raises it: training stops with one line instead of learning from rewards that were never graded. A ``reset``
+  after that probes the server for 5 s and raises the same way unless it answers again. ``reset`` also raises for
+  a row the server refuses (an unknown task; no session is left open) and when the server stays at its session
+  cap for ``capacity_wait_s``.
 
 Nothing here imports torch or the task registry, so a trainer on one machine can play on a server on another.
 """
@@ -47,31 +54,44 @@ import httpx
 from ..protocol import FLOOR
 from .mcp_client import (
     INSTRUCTIONS,
-    SERVER_ERROR,
     McpError,
     ServerUnavailable,
     SyncRpc,
     capacity_delays,
     server_url,
+    split_names,
     tool_text,
     unavailable,
+    wait_for_capacity,
 )
 
 __all__ = ["MechSandboxEnv", "ServerUnavailable", "ToolRefused", "environment_factory", "episode_dataset"]
 
-START_COLUMNS = ("task_id", "level", "split", "seed", "index", "run_token")  # the row columns start_episode takes
+LEVELS = ("easy", "medium", "hard")  # tasks.LEVELS, without importing the task registry (and torch) here
+START_COLUMNS = ("task_id", "level", "seed")  # the row columns start_episode takes (train episodes only)
+CLOSE_TIMEOUT_S = 5.0  # closing a session is bookkeeping: never worth a rollout's full timeout
+PROBE_TIMEOUT_S = 5.0  # how long reset's health probe waits on a server that stopped answering earlier
+
+# Servers that stopped answering, by URL, with the error: every environment of the process reads it, so once one
+# rollout has waited out a hung server, the batch's other rollouts, their closes and the next resets do not wait
+# again (a batch of 64 would otherwise wait 64 timeouts). A reset that finds the server answering clears it.
+_down: dict[str, ServerUnavailable] = {}
 
 
 class ToolRefused(McpError):
-    """A tool call the server refused (bad arguments, an episode rule, an answer that does not fit the schema).
-    TRL catches it and shows the model its one line; the episode goes on."""
+    """A tool call the server refused (bad arguments, an episode rule, an answer that does not fit the schema, a
+    request over the server's size limits, a session the server reaped). TRL catches it and shows the model its
+    one line; the episode goes on where it can."""
 
 
 def _release(rpc: SyncRpc, sessions: list[str]) -> None:
-    """Close the sessions still open (at ``get_reward``, at a new ``reset``)."""
+    """Close the sessions still open (at ``get_reward``, at a new ``reset``, at exit), quickly: not at all on a
+    server known to be down (its reaper frees them if it comes back), with a short timeout otherwise."""
+    if rpc.url in _down:
+        sessions.clear()
     while sessions:
         with contextlib.suppress(McpError):  # reaped already, or the server is gone: nothing is left open on it
-            rpc("openenv/session/close", {"session_id": sessions.pop()})
+            rpc("openenv/session/close", {"session_id": sessions.pop()}, timeout_s=CLOSE_TIMEOUT_S)
 
 
 def _finish(rpc: SyncRpc, sessions: list[str]) -> None:
@@ -88,8 +108,8 @@ class MechSandboxEnv:
         timeout_s: how long one call may take before the server counts as gone (a snippet's own wall limit is 10 s
             on a default server; starting an episode may generate a transformer instance first).
         capacity_wait_s: how long ``reset`` waits for a session while the server is at its session cap. The
-            rollouts of one batch hold their sessions until their rewards are read, so a batch larger than the
-            server's cap cannot be waited out: it fails with the cap's message after this long.
+            rollouts generated together hold their sessions until their rewards are read, so a generation batch
+            larger than the server's cap cannot be waited out: it fails with the cap's message after this long.
     """
 
     def __init__(self, url: str | None = None, *, timeout_s: float = 120.0, capacity_wait_s: float = 30.0):
@@ -98,17 +118,28 @@ class MechSandboxEnv:
         self._capacity_wait_s = capacity_wait_s
         self._sessions: list[str] = []  # the open session (at most one), as a list the finalizer can read
         self._state: dict[str, Any] = {}  # the episode's state from the last tool call (done, score, step, ...)
-        self._lost: McpError | None = None  # why the rollout's episode cannot go on (the server went away)
+        self._lost: ServerUnavailable | None = None  # set when the server stopped answering during this rollout
         weakref.finalize(self, _finish, self._rpc, self._sessions)
-        self._check_server()
+        self._check_server(timeout_s)
 
     # -- TRL's environment contract --------------------------------------------------------------------------
     def reset(self, prompt: Any = None, **row: Any) -> str:
-        """Start the row's episode in a new session and return the task's text (appended to the row's prompt)."""
+        """Start the row's train episode in a new session and return the task's text (appended to the prompt)."""
+        if row.get("split") not in (None, "train") or row.get("index") is not None or row.get("run_token"):
+            # GRPO plays a row num_generations times and learns from the grades: test instances are for evaluation
+            # (a run counts each once), and their truth must not become a training signal
+            raise ValueError("MechSandboxEnv trains on the train split only: give rows task_id, level and seed")
         self._end_episode()  # a previous rollout whose reward was never read
+        self._state, self._lost = {}, None
+        if self._url in _down:
+            self._check_server(PROBE_TIMEOUT_S)  # back? then go on; still down: raise at once
         self._sessions.append(self._open_session())
         start = {name: row[name] for name in START_COLUMNS if row.get(name) is not None}
-        text = self._call("start_episode", start)
+        try:
+            text = self._call("start_episode", start)
+        except McpError:
+            self._end_episode()  # a refused row leaves no session behind
+            raise
         return f"\n\n{text}" if _has_text(prompt) else text
 
     def run_python(self, code: str) -> str:
@@ -143,14 +174,14 @@ class MechSandboxEnv:
         return self._call("describe_task", {})
 
     def get_reward(self) -> float:
-        """The episode's graded score; the floor (0.01) when no answer was graded. Closes the rollout's session.
-        Raises :class:`ServerUnavailable` when the server went away during the rollout."""
-        lost, state = self._lost, self._state
+        """The episode's graded score; the floor (0.01) when no answer was graded. Closes the rollout's session
+        (``episode_state`` stays readable until the next ``reset``, for reward functions that run after this).
+        Raises :class:`ServerUnavailable` when the server stopped answering during the rollout."""
         self._end_episode()
-        if lost is not None:
-            raise lost
-        graded = state.get("done") and state.get("score") is not None
-        return float(state["score"]) if graded else FLOOR
+        if self._lost is not None:
+            raise self._lost
+        graded = self._state.get("done") and self._state.get("score") is not None
+        return float(self._state["score"]) if graded else FLOOR
 
     # -- for reward functions and logging (properties: TRL offers only methods as tools) ----------------------
     @property
@@ -160,54 +191,65 @@ class MechSandboxEnv:
 
     @property
     def url(self) -> str:
+        """The server this environment plays on."""
         return self._url
 
     # -- internals --------------------------------------------------------------------------------------------
     def _end_episode(self) -> None:
-        """Close the session, unless the server is known to be gone (its reaper frees it if it comes back: a
-        close call to a hung server would wait ``timeout_s`` per rollout)."""
-        if self._lost is not None:
-            self._sessions.clear()
         _release(self._rpc, self._sessions)
-        self._state, self._lost = {}, None
 
-    def _check_server(self) -> None:
-        """Fail when the trainer is built, not at its first rollout, if nothing answers at ``url``."""
+    def _check_server(self, timeout_s: float) -> None:
+        """GET /health: at construction, so a wrong URL fails when the trainer is built rather than at its first
+        rollout; at a reset after an outage, so a server that came back is used again."""
         try:
-            response = self._rpc.http.get("/health")
+            response = self._rpc.http.get("/health", timeout=timeout_s)
         except httpx.HTTPError as exc:
-            raise unavailable(self._url, "health", exc) from None
+            raise self._mark_down(unavailable(self._url, "health", exc)) from None
         if response.status_code != 200:
             raise ServerUnavailable(f"health: the MechSandbox server at {self._url} answered HTTP "
                                     f"{response.status_code}: {response.text[:200]}")  # fmt: skip
+        _down.pop(self._url, None)
+
+    def _mark_down(self, exc: ServerUnavailable) -> ServerUnavailable:
+        _down[self._url] = exc
+        return exc
 
     def _open_session(self) -> str:
         delays = capacity_delays(self._capacity_wait_s)
         while True:
             try:
                 return self._rpc("openenv/session/create", {})["session_id"]
+            except ServerUnavailable as exc:
+                raise self._mark_down(exc) from None
             except McpError as exc:
-                delay = next(delays, None) if exc.code == SERVER_ERROR else None
-                if delay is None:
-                    if exc.code == SERVER_ERROR:
-                        raise McpError(f"{exc} after waiting {self._capacity_wait_s:g} s: each rollout of a batch "
-                                       "holds a session until its reward is read, so the generation batch must fit "
-                                       "the server's session cap (MECHSANDBOX_SESSION_CAP) and, for a remote client, "
-                                       "its share (MECHSANDBOX_CLIENT_SHARE)", exc.code) from None  # fmt: skip
+                try:
+                    delay = wait_for_capacity(exc, delays)
+                except McpError:
+                    if exc.at_capacity:
+                        raise McpError(f"{exc} after waiting {self._capacity_wait_s:g} s: each rollout generated "
+                                       "at once holds a session until its reward is read, so the generation batch "
+                                       "must fit the server's session cap (MECHSANDBOX_SESSION_CAP) and, for a "
+                                       "remote client, its share (MECHSANDBOX_CLIENT_SHARE)", exc.code,
+                                       exc.data) from None  # fmt: skip
                     raise
             time.sleep(delay)
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self._lost is not None:
             raise self._lost
+        if self._url in _down:  # another rollout found the server gone: fail at once, do not wait again
+            self._lost = _down[self._url]
+            raise self._lost
         if not self._sessions:
             raise ToolRefused(f"{name}: no episode is running (the environment's reset starts one)")
         params = {"name": name, "arguments": arguments, "session_id": self._sessions[-1]}
         try:
             result = self._rpc("tools/call", params)
-        except McpError as exc:  # the server is gone, or the session is (reaped): the episode cannot go on
-            self._lost = exc
+        except ServerUnavailable as exc:
+            self._lost = self._mark_down(exc)
             raise
+        except McpError as exc:  # refused before the tool ran: too large, too nested, a reaped session
+            raise ToolRefused(str(exc), exc.code, exc.data) from None
         text = tool_text(result)
         if result.get("isError"):
             raise ToolRefused(text)
@@ -249,10 +291,12 @@ def episode_dataset(
     group shares one instance, so the advantages compare the policy's attempts at the same model."""
     from datasets import Dataset
 
-    names = [t.strip() for t in tasks.split(",")] if isinstance(tasks, str) else list(tasks)
-    level_names = [v.strip() for v in levels.split(",")] if isinstance(levels, str) else list(levels)
+    names, level_names = split_names(tasks), split_names(levels)
+    unknown = [level for level in level_names if level not in LEVELS]
+    if unknown:  # here, not at the first reset in the middle of training (task ids are the server's to check)
+        raise ValueError(f"episode_dataset: unknown level {unknown[0]!r}; the levels are {', '.join(LEVELS)}")
     seed_list = list(range(seeds)) if isinstance(seeds, int) else [int(s) for s in seeds]
-    rows = [(t, v, s) for t in names if t for v in level_names if v for s in seed_list]
+    rows = [(t, v, s) for t in dict.fromkeys(names) for v in dict.fromkeys(level_names) for s in seed_list]
     if not rows:
         raise ValueError("episode_dataset: no tasks, levels or seeds")
     return Dataset.from_dict({

@@ -54,10 +54,13 @@ def rpc_result(request_id: Any, result: dict[str, Any]) -> Response:
     return RpcResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
-def rpc_error(request_id: Any, code: int, message: str) -> Response:
+def rpc_error(request_id: Any, code: int, message: str, data: dict[str, Any] | None = None) -> Response:
     text = one_line(message)
     text = text if len(text) <= MAX_MESSAGE else text[: MAX_MESSAGE - 1] + "…"
-    return RpcResponse({"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": text}})
+    error: dict[str, Any] = {"code": code, "message": text}
+    if data:
+        error["data"] = data
+    return RpcResponse({"jsonrpc": "2.0", "id": request_id, "error": error})
 
 
 def _no_constants(name: str) -> Any:
@@ -154,7 +157,11 @@ class McpRoute:
         reply = await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
         error = reply.get("error")
         if isinstance(error, dict):
-            return rpc_error(rid, int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "error")))
+            # OpenEnv's data tells a full server (active_sessions, max_sessions: worth waiting for) from one that
+            # could not build the environment: kept, as small scalars only
+            data = error.get("data") if isinstance(error.get("data"), dict) else {}
+            kept = {k: v for k, v in data.items() if isinstance(v, int | str) and len(f"{k}{v}") < 200}
+            return rpc_error(rid, int(error.get("code", INTERNAL_ERROR)), str(error.get("message", "error")), kept)
         # OpenEnv dumps both members; JSON-RPC wants one of result and error
         return RpcResponse({k: v for k, v in reply.items() if k != "error"})
 

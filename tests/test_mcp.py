@@ -202,6 +202,8 @@ def test_the_session_cap_holds(rpc) -> None:
             sessions.append(rpc.session())
         refused = rpc.send("openenv/session/create", {})
         assert "error" in refused and "cap" in refused["error"]["message"]
+        # OpenEnv's data is kept: it tells a full server (worth waiting for) from a failed environment build
+        assert refused["error"]["code"] == -32000 and refused["error"]["data"]["max_sessions"] == 3
     finally:
         for sid in sessions:
             rpc.close(sid)

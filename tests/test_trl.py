@@ -6,6 +6,7 @@ hangs, a full server), each giving the floor or one raised line, never a hang.""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from server_harness import running_server
 pytest.importorskip("trl", reason="the [trl] extra (in dev) is not installed")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
+from mechsandbox.integrations import trl as trl_integration
 from mechsandbox.integrations.mcp_client import McpError
 from mechsandbox.integrations.tiny_chat import tiny_chat_model
 from mechsandbox.integrations.trl import (
@@ -31,7 +33,7 @@ from mechsandbox.integrations.trl import (
     episode_dataset,
 )
 from mechsandbox.protocol import FLOOR
-from mechsandbox.tasks import get_family
+from mechsandbox.tasks import LEVELS, get_family
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
 
@@ -118,6 +120,7 @@ def test_a_reference_solution_through_the_tool_methods_earns_a_graded_reward(ser
 def test_a_rollout_that_spends_the_budget_gets_the_floor(server, tmp_path) -> None:
     logged = grpo_step(lambda: Recording(server.url), ("run_python", {"code": "print(6 * 7)"}), tmp_path,
                        max_tool_calls=BUDGET + 2)  # fmt: skip
+    assert len(Recording.seen) == 2
     for state, reward in Recording.seen:
         assert state["done"] and state["truncated"] and state["step"] == BUDGET and reward == FLOOR, state
     # the two calls after the end were refused, and TRL counted them as failed tool calls
@@ -126,6 +129,7 @@ def test_a_rollout_that_spends_the_budget_gets_the_floor(server, tmp_path) -> No
 
 def test_a_malformed_answer_is_refused_and_the_rollout_gets_the_floor(server, tmp_path) -> None:
     logged = grpo_step(lambda: Recording(server.url), ("submit_answer", {"answer": "no such answer"}), tmp_path)
+    assert len(Recording.seen) == 2
     for state, reward in Recording.seen:
         assert not state["done"] and state["step"] == 2 and reward == FLOOR  # two refused submissions, two steps
     assert env_reward(logged) == pytest.approx(FLOOR) and logged["tools/failure_frequency"] == 1.0
@@ -135,7 +139,10 @@ def test_a_malformed_answer_is_refused_and_the_rollout_gets_the_floor(server, tm
         env.submit_answer(answer="no such answer")
     with pytest.raises(ToolRefused, match="exactly one of answer or variable"):
         env.submit_answer()
-    assert env.get_reward() == FLOOR
+    with pytest.raises(ToolRefused, match="larger than"):  # refused by the server's body limit, not "gone"
+        env.run_python("x" * 300_000)
+    assert "42" in env.run_python("print(42)")  # the episode goes on
+    assert env.get_reward() == FLOOR and env.episode_state["step"] == 2  # the refused requests spent no step
 
 
 def test_the_tools_trl_offers_are_the_episode_tools_with_their_arguments_described(server, tmp_path) -> None:
@@ -151,9 +158,17 @@ def test_the_tools_trl_offers_are_the_episode_tools_with_their_arguments_describ
     assert trainer.reward_func_names == ["MechSandboxEnv"]
 
 
-def test_reset_refuses_a_row_the_server_refuses(server) -> None:
+def test_reset_refuses_a_row_the_server_refuses_and_test_split_rows(server) -> None:
     with MechSandboxEnv(server.url) as env, pytest.raises(ToolRefused, match="no-such-family"):
         env.reset(task_id="no-such-family")
+    assert open_sessions(server.url) == 0  # the refused row's session was closed
+    for row in ({"split": "test", "index": 0}, {"run_token": "x"}, {"index": 3}):
+        with pytest.raises(ValueError, match="train split only"):
+            MechSandboxEnv(server.url).reset(task_id="dead-neurons", **row)
+    with pytest.raises(ValueError, match="unknown level 'easiest'"):
+        episode_dataset("dead-neurons", "easy,easiest")
+    assert episode_dataset("dead-neurons,dead-neurons", "easy", [3, 4])["seed"] == [3, 4]
+    assert trl_integration.LEVELS == LEVELS
     with pytest.raises(ToolRefused, match="no episode is running"):
         MechSandboxEnv(server.url).run_python("print(1)")
 
@@ -173,19 +188,43 @@ class StopsTheServer(Recording):
         return text
 
 
-def test_a_server_that_goes_away_mid_rollout_stops_training_with_one_line(tmp_path) -> None:
-    with running_server(tmp_path, MECHSANDBOX_SESSION_CAP="2") as doomed:
-        # first, a full server: a third session waits capacity_wait_s, then fails naming the setting
-        holders = [MechSandboxEnv(doomed.url) for _ in range(2)]
+def test_a_full_a_hung_and_a_gone_server_each_fail_fast_with_one_line(tmp_path) -> None:
+    with running_server(tmp_path, MECHSANDBOX_SESSION_CAP="4") as doomed:
+        # a full server: a fifth session waits capacity_wait_s, then fails naming the setting
+        holders = [MechSandboxEnv(doomed.url) for _ in range(4)]
         for env in holders:
             env.reset(task_id="dead-neurons", seed=1)
         started = time.monotonic()
         with pytest.raises(McpError, match="MECHSANDBOX_SESSION_CAP"):
             MechSandboxEnv(doomed.url, capacity_wait_s=1.0).reset(task_id="dead-neurons", seed=1)
         assert time.monotonic() - started < 15
-        assert [env.get_reward() for env in holders] == [FLOOR, FLOOR] and open_sessions(doomed.url) == 0
+        assert [env.get_reward() for env in holders] == [FLOOR] * 4 and open_sessions(doomed.url) == 0
 
-        StopsTheServer.server = doomed
+        # a hung server (SIGSTOP): the first call waits one timeout, every other call of the process fails at once,
+        # and a reset probes it for a few seconds; once it answers again, resets work
+        first, second = MechSandboxEnv(doomed.url, timeout_s=2.0), MechSandboxEnv(doomed.url, timeout_s=2.0)
+        for env in (first, second):
+            env.reset(task_id="dead-neurons", seed=1)
+        os.kill(doomed.process.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(ServerUnavailable, match="did not answer"):
+                first.run_python("print(1)")
+            with pytest.raises(ServerUnavailable, match="did not answer"):
+                second.describe_task()
+            with pytest.raises(ServerUnavailable, match="did not answer"):
+                first.get_reward()
+            assert time.monotonic() - started < 6  # one timeout in all, no close waited on
+            with pytest.raises(ServerUnavailable, match="health"):
+                first.reset(task_id="dead-neurons", seed=1)
+            assert time.monotonic() - started < 15
+        finally:
+            os.kill(doomed.process.pid, signal.SIGCONT)
+        first.reset(task_id="dead-neurons", seed=1)
+        assert "7" in first.run_python("print(7)") and first.get_reward() == FLOOR
+
+        # gone mid-rollout, in GRPOTrainer: both episodes started, then the server stops
+        StopsTheServer.server, StopsTheServer.resets = doomed, 0
         started = time.monotonic()
         with pytest.raises(ServerUnavailable, match="did not answer"):
             grpo_step(lambda: StopsTheServer(doomed.url), ("run_python", {"code": "print(1)"}), tmp_path)
