@@ -265,9 +265,26 @@ class ServerSettings(_EnvSettings):
                              "exempt); 0 = no limit", minimum=0)  # fmt: skip
     standard_set: int = setting(20, "test instances per family and level that a complete run attempts (indices 0 to "
                                 "N-1), capped at `MECHSANDBOX_TEST_INSTANCES`", minimum=1)  # fmt: skip
+    prefetch_depth: int = setting(8, "instances generated ahead per task and level for seedless train resets (filled "
+                                  "from that pair's first one); 0 = off", minimum=0)  # fmt: skip
+    prefetch_total: int = setting(32, "generated-ahead instances kept in all pairs together (a transformer is ~1.5 "
+                                  "MiB)", minimum=0)  # fmt: skip
+    prefetch_cpu_share: float = setting(0.5, "largest share of one core the ahead-of-time generator uses (it sleeps "
+                                        "between instances)", minimum=0.05, maximum=1)  # fmt: skip
+    prefetch_pairs: tuple[str, ...] = setting((), "`task/level` pairs filled at startup (e.g. `committee-circuit/hard`)"
+                                              "; the others start at their first seedless reset")  # fmt: skip
+    prewarm_test: tuple[str, ...] = setting(
+        (), "`task/level` pairs whose standard set of test instances is generated at startup, into the instance cache "
+        "(progress in the log and /health)"
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("prefetch_pairs", "prewarm_test"):
+            for pair in getattr(self, name):
+                task, _, level = pair.partition("/")
+                if not task or level not in ("easy", "medium", "hard"):  # the task id is checked at startup
+                    raise ValueError(f"{env_name(name)}: {pair!r} is not task/level (e.g. copy-head/hard)")
         if self.trusted_proxy:
             try:
                 ipaddress.ip_network(self.trusted_proxy, strict=False)

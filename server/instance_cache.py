@@ -21,6 +21,12 @@ class CachedInstance:
     instance: Instance
     payload: ModelPayload
 
+    @classmethod
+    def build(cls, task_id: str, seed: int, level: str) -> CachedInstance:
+        """Generate the instance and its sandbox payload (what a miss and the prefetcher both do)."""
+        instance = get_family(task_id).generate(seed, level)
+        return cls(instance, ModelPayload.from_instance(instance))
+
 
 class InstanceCache:
     def __init__(self, maxsize: int = 256):
@@ -44,15 +50,21 @@ class InstanceCache:
                 if key in self._items:
                     self.hits += 1
                     return self._items[key]
-            instance = family.generate(seed, level)
-            item = CachedInstance(instance, ModelPayload.from_instance(instance))
+            item = CachedInstance.build(family.id, seed, level)
             with self._lock:
                 self.misses += 1
-                self._items[key] = item
                 self._key_locks.pop(key, None)
-                while len(self._items) > self.maxsize:
-                    self._items.popitem(last=False)
+            self.put(item)
             return item
+
+    def put(self, item: CachedInstance) -> None:
+        """Keep an instance generated elsewhere (the prefetcher's), as the most recently used."""
+        inst = item.instance
+        with self._lock:
+            self._items[(inst.task_id, inst.seed, inst.level)] = item
+            self._items.move_to_end((inst.task_id, inst.seed, inst.level))
+            while len(self._items) > self.maxsize:
+                self._items.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._items)

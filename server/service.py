@@ -26,6 +26,7 @@ from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
 from .instance_cache import InstanceCache
+from .prefetch import Pair, Prefetcher
 from .runs import Runs
 from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
 from .settings import ServerSettings
@@ -59,6 +60,8 @@ class Service:
         self.sandbox_settings = sandbox or SandboxSettings.from_env()
         self.pool = SandboxPool(self.sandbox_settings)
         self.cache = InstanceCache(self.settings.cache_size)
+        self.prefetch = Prefetcher(self.settings.prefetch_depth, self.settings.prefetch_total,
+                                   self.settings.prefetch_cpu_share)  # fmt: skip
         self.http: dict[str, Episode] = {}
         self.lock = threading.Lock()
         self.ws_count: Callable[[], int] = lambda: 0
@@ -85,10 +88,37 @@ class Service:
         self.runs.open()
         self.pool.start()
         threading.Thread(target=self._reap_loop, name="episode-reaper", daemon=True).start()
+        self._start_prefetch()
         return self
+
+    def _start_prefetch(self) -> None:
+        """The operator's pre-warm of the test split (into the instance cache) and pairs filled from the start."""
+        jobs = []
+        for task_id, level in self._pairs("prewarm_test"):
+            for index in range(min(self.settings.standard_set, self.settings.test_instances)):
+                ref = heldout_ref(self.salt, task_id, level, index)
+                jobs.append((ref.task_id, ref.seed, ref.level))
+        if len(jobs) > self.settings.cache_size:
+            log.warning("MECHSANDBOX_PREWARM_TEST names %d instances but MECHSANDBOX_CACHE_SIZE keeps %d: the first "
+                        "ones will be evicted again", len(jobs), self.settings.cache_size)  # fmt: skip
+        if jobs:
+            log.info("test-split pre-warm: generating %d instances in the background", len(jobs))
+            self.prefetch.prewarm(jobs, self.cache.put)
+        self.prefetch.start(self._pairs("prefetch_pairs"))
+
+    def _pairs(self, name: str) -> list[Pair]:
+        pairs = []
+        for pair in getattr(self.settings, name):
+            task_id, _, level = pair.partition("/")
+            try:
+                pairs.append((get_family(task_id).id, level))
+            except (KeyError, ValueError):
+                raise ValueError(f"MECHSANDBOX_{name.upper()}: unknown task {task_id!r}") from None
+        return pairs
 
     def stop(self) -> None:
         self.stopped.set()
+        self.prefetch.stop()
         with self.lock:
             episodes = list(self.http.values())
             self.http.clear()
@@ -127,7 +157,12 @@ class Service:
             return heldout_ref(self.salt, family.id, level, index)
         seed = params.get("seed")
         if seed is None:
-            seed = secrets.randbelow(TRAIN_SEED_LIMIT)
+            ready = self.prefetch.take(family.id, level)  # a fresh seed generated ahead, when one is ready
+            if ready is not None:
+                self.cache.put(ready)
+                seed = ready.instance.seed
+            else:
+                seed = secrets.randbelow(TRAIN_SEED_LIMIT)
         if type(seed) is not int or not 0 <= seed < TRAIN_SEED_LIMIT:
             raise EpisodeError(f"seed must be an integer in [0, {TRAIN_SEED_LIMIT})")
         return train_ref(family.id, level, seed)
@@ -294,6 +329,7 @@ class Service:
             "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else "fixed",
             "salt_fingerprint": self.runs.fingerprint,
             "results_database": self.runs.backend(),
+            "prefetch": self.prefetch.status(),
             "runs_required": not self.salt_is_random and not self.settings.practice,
         }
 

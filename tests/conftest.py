@@ -69,6 +69,10 @@ def pytest_configure(config: pytest.Config) -> None:
         # each other; `gen-art --check` measured 49 s alone, 16 min beside a loaded run).
         for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             os.environ.setdefault(name, "1")
+        # Servers the tests start do not generate instances ahead (server/prefetch.py): a seedless reset would set
+        # one thread filling its (task, level) in the background, beside the suite's own generation on two cores.
+        # tests/test_prefetch.py switches it on where it is the subject.
+        os.environ.setdefault("MECHSANDBOX_PREFETCH_DEPTH", "0")
     if not _is_controller(config):
         # One intra-op thread per xdist worker: the workers already use every core, and the models
         # are small, so more threads only add synchronisation (artifacts must not depend on it:

@@ -1,0 +1,171 @@
+"""Instances generated ahead of demand (issue 20): seedless train resets served from a ready pool, and the test
+split's standard set generated at startup when the operator asks.
+
+Why: an RL loop resets with a fresh server-chosen seed almost every episode, and generating a transformer instance
+costs up to seconds (committee-circuit hard about 4 s on one core) where the step costs a millisecond. So for every
+(task, level) that has had a seedless reset (or that the operator lists), one background thread keeps up to
+``prefetch_depth`` instances of fresh random seeds ready, ``prefetch_total`` in all (memory: a transformer with its
+payload is about 1.5 MiB), and a seedless reset takes one without waiting. The instance is exactly the on-demand
+one for its seed (the same ``generate``; tests/test_prefetch.py compares bytes and truth), and the episode's
+``instance_id`` names the seed, so nothing about an episode depends on whether it was prefetched.
+
+The thread generates one instance at a time and then sleeps in proportion (``prefetch_cpu_share``: at 0.5 it
+sleeps as long as it generated), so stepping sessions keep most of the CPU. A generation that fails is logged once
+with the pair, and that pair's seedless resets generate on demand from then on; if the thread itself ends, every
+pair does. Nothing here holds a lock while generating.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from .instance_cache import CachedInstance
+from .splits import TRAIN_SEED_LIMIT
+
+log = logging.getLogger("mechsandbox.server")
+
+Pair = tuple[str, str]  # (family id, level)
+Build = Callable[[str, int, str], CachedInstance]
+
+
+class Prefetcher:
+    """Ready instances per (task, level), filled by one background thread; ``take`` never waits for it."""
+
+    def __init__(self, depth: int, total: int, cpu_share: float, build: Build = CachedInstance.build,
+                 seed: Callable[[], int] = lambda: secrets.randbelow(TRAIN_SEED_LIMIT)):  # fmt: skip
+        self.depth, self.total, self.cpu_share = depth, total, cpu_share
+        self._build, self._seed = build, seed
+        self._ready: dict[Pair, deque[CachedInstance]] = {}  # pairs in the order they were first wanted
+        self._failed: dict[Pair, str] = {}
+        self._prewarm: deque[tuple[str, int, str, Callable[[CachedInstance], None]]] = deque()
+        self._prewarm_done = self._prewarm_total = 0
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._stop_reason = ""
+        self.generated = self.served = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.depth > 0 and self.total > 0
+
+    def start(self, pairs: Iterable[Pair] = ()) -> Prefetcher:
+        """Start the thread, with ``pairs`` wanted from the start (the operator's ``prefetch_pairs``)."""
+        with self._cond:
+            for pair in pairs:
+                self._ready.setdefault(pair, deque())
+        if self.enabled or self._prewarm:
+            self._thread = threading.Thread(target=self._run, name="instance-prefetch", daemon=True)
+            self._thread.start()
+        return self
+
+    def prewarm(self, jobs: Iterable[tuple[str, int, str]], keep: Callable[[CachedInstance], None]) -> None:
+        """Generate these (task, seed, level) instances first and hand each to ``keep`` (the instance cache)."""
+        with self._cond:
+            for task_id, seed, level in jobs:
+                self._prewarm.append((task_id, seed, level, keep))
+                self._prewarm_total += 1
+            self._cond.notify()
+
+    def take(self, task_id: str, level: str) -> CachedInstance | None:
+        """A ready instance of a fresh seed for a seedless train reset, or None (then the caller generates on
+        demand); either way the pair is wanted from now on, so the thread fills it."""
+        if not self.enabled:
+            return None
+        pair = (task_id, level)
+        with self._cond:
+            if self._stopped or pair in self._failed:
+                return None
+            ready = self._ready.setdefault(pair, deque())
+            item = ready.popleft() if ready else None
+            self.served += item is not None
+            self._cond.notify()
+            return item
+
+    def status(self) -> dict[str, Any]:
+        """For /health: what is ready, what was generated and served, what failed, the pre-warm's progress."""
+        with self._cond:
+            report: dict[str, Any] = {
+                "depth": self.depth,
+                "ready": {f"{t}/{lvl}": len(q) for (t, lvl), q in self._ready.items()},
+                "generated": self.generated,
+                "served": self.served,
+                "failed": {f"{t}/{lvl}": why for (t, lvl), why in self._failed.items()},
+            }
+            if self._prewarm_total:
+                report["test_prewarm"] = {"done": self._prewarm_done, "of": self._prewarm_total}
+            if self._stop_reason:
+                report["stopped"] = self._stop_reason
+            return report
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # -- the thread ----------------------------------------------------------------------------------------------
+    def _next_job(self) -> tuple[str, int, str, Callable[[CachedInstance], None] | None] | None:
+        """Called with the lock held: a pre-warm job first, else the wanted pair with the fewest ready."""
+        if self._prewarm:
+            return self._prewarm.popleft()
+        if not self.enabled or sum(len(q) for q in self._ready.values()) >= self.total:
+            return None
+        open_pairs = [p for p, q in self._ready.items() if len(q) < self.depth and p not in self._failed]
+        if not open_pairs:
+            return None
+        task_id, level = min(open_pairs, key=lambda p: len(self._ready[p]))
+        return task_id, self._seed(), level, None
+
+    def _run(self) -> None:
+        try:
+            while True:
+                with self._cond:
+                    job = self._next_job()
+                    while job is None and not self._stopped:
+                        self._cond.wait()
+                        job = self._next_job()
+                    if self._stopped:
+                        return
+                assert job is not None
+                self._generate(*job)
+        except BaseException as exc:  # a bug here must not leave take() waiting on a thread that is gone
+            with self._cond:
+                self._stopped = True
+                self._stop_reason = f"{type(exc).__name__}: {exc}"
+            log.error("instance prefetch stopped (%s); every seedless reset generates on demand", self._stop_reason)
+
+    def _generate(self, task_id: str, seed: int, level: str, keep: Callable[[CachedInstance], None] | None) -> None:
+        started = time.monotonic()
+        try:
+            item = self._build(task_id, seed, level)
+        except Exception as exc:
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+            with self._cond:
+                if keep is None:
+                    self._failed[(task_id, level)] = why
+                else:
+                    self._prewarm_done += 1
+            log.error("instance prefetch: generating %s %s seed %d failed (%s); %s", task_id, level, seed, why,
+                      "its seedless resets generate on demand" if keep is None else "it is generated when reset")
+            return
+        spent = time.monotonic() - started
+        with self._cond:
+            self.generated += 1
+            if keep is None:
+                self._ready[(task_id, level)].append(item)
+            else:
+                self._prewarm_done += 1
+                done, total = self._prewarm_done, self._prewarm_total
+        if keep is not None:
+            keep(item)
+            if done == total or done % 10 == 0:
+                log.info("test-split pre-warm: %d of %d instances generated", done, total)
+        if self.cpu_share < 1:
+            with self._cond:  # sleep in proportion to the work, so stepping sessions keep the rest of the CPU
+                self._cond.wait_for(lambda: self._stopped, timeout=spent * (1 - self.cpu_share) / self.cpu_share)

@@ -1,0 +1,142 @@
+"""Instances generated ahead (server/prefetch.py, issue 20): a prefetched instance is the on-demand one for its seed,
+the pool keeps its bounds and refills, a failing generation or a dead generator thread leaves seedless resets
+generating on demand with one log line, and on a real server a seedless reset with an instance ready does not
+wait for generation (a generous bound: the figures live in bench/)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import pytest
+from mechsandbox.server.instance_cache import CachedInstance
+from mechsandbox.server.prefetch import Prefetcher
+from server_harness import running_server
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_prefetched_instance_is_the_on_demand_one_for_its_seed() -> None:
+    prefetch = Prefetcher(depth=1, total=1, cpu_share=1.0).start()
+    try:
+        assert prefetch.take("copy-head", "medium") is None  # nothing ready yet: the pair is wanted from now on
+        wait_until(lambda: prefetch.status()["ready"]["copy-head/medium"] == 1)
+        item = prefetch.take("copy-head", "medium")
+        assert item is not None
+        fresh = CachedInstance.build("copy-head", item.instance.seed, "medium")
+        assert item.payload.blob == fresh.payload.blob  # the weights' bytes as the sandbox receives them
+        assert item.instance.truth == fresh.instance.truth and item.instance.probe.keys() == fresh.instance.probe.keys()
+        assert (item.instance.task_id, item.instance.level) == ("copy-head", "medium")
+    finally:
+        prefetch.stop()
+
+
+def test_the_pool_keeps_its_bounds_and_refills() -> None:
+    seen_totals: list[int] = []
+    seeds = iter(range(10_000))
+
+    def build(task_id: str, seed: int, level: str) -> CachedInstance:
+        seen_totals.append(sum(prefetch.status()["ready"].values()))
+        return CachedInstance.build(task_id, seed, level)
+
+    prefetch = Prefetcher(depth=3, total=4, cpu_share=1.0, build=build, seed=lambda: next(seeds)).start()
+    try:
+        for level in ("easy", "medium"):
+            assert prefetch.take("dead-neurons", level) is None
+        wait_until(lambda: sum(prefetch.status()["ready"].values()) == 4)
+        time.sleep(0.5)  # no generation past the bounds, however long it runs
+        ready = prefetch.status()["ready"]
+        assert sum(ready.values()) == 4 and max(ready.values()) <= 3 and prefetch.generated == 4, ready
+        taken = [prefetch.take("dead-neurons", "easy"), prefetch.take("dead-neurons", "medium")]
+        assert all(taken) and len({t.instance.seed for t in taken}) == 2 and prefetch.served == 2
+        wait_until(lambda: sum(prefetch.status()["ready"].values()) == 4)  # refilled
+        assert max(seen_totals) < 4  # a generation started only below the total
+    finally:
+        prefetch.stop()
+
+
+class Crash(BaseException):
+    """Not an Exception: what a bug or an interrupt in the generator thread looks like."""
+
+
+def test_a_failing_generation_or_a_dead_thread_falls_back_to_on_demand(caplog) -> None:
+    def build(task_id: str, seed: int, level: str) -> CachedInstance:
+        if level == "hard":
+            raise RuntimeError("planted failure")
+        return CachedInstance.build(task_id, seed, level)
+
+    caplog.set_level(logging.ERROR, logger="mechsandbox.server")
+    prefetch = Prefetcher(depth=1, total=4, cpu_share=1.0, build=build).start()
+    try:
+        prefetch.take("dead-neurons", "hard")
+        prefetch.take("dead-neurons", "easy")
+        wait_until(lambda: prefetch.status()["ready"].get("dead-neurons/easy") == 1)
+        wait_until(lambda: "dead-neurons/hard" in prefetch.status()["failed"])
+        assert prefetch.take("dead-neurons", "hard") is None  # on demand from now on
+        assert prefetch.take("dead-neurons", "easy") is not None  # the other pair still served
+        [line] = [r.getMessage() for r in caplog.records if "planted failure" in r.getMessage()]
+        assert "dead-neurons hard" in line and "generate on demand" in line
+    finally:
+        prefetch.stop()
+
+    def crash(task_id: str, seed: int, level: str) -> CachedInstance:
+        raise Crash("the generator thread died")
+
+    dead = Prefetcher(depth=1, total=1, cpu_share=1.0, build=crash).start()
+    dead.take("dead-neurons", "easy")
+    wait_until(lambda: "stopped" in dead.status())
+    assert dead.take("dead-neurons", "easy") is None and "Crash" in dead.status()["stopped"]
+    assert any("instance prefetch stopped" in r.getMessage() for r in caplog.records)
+
+
+def test_the_cpu_share_makes_the_thread_rest_between_instances() -> None:
+    done: list[float] = []
+
+    def build(task_id: str, seed: int, level: str) -> CachedInstance:
+        time.sleep(0.2)
+        done.append(time.monotonic())
+        return CachedInstance.build(task_id, seed, level)
+
+    prefetch = Prefetcher(depth=3, total=3, cpu_share=0.25, build=build).start()
+    try:
+        prefetch.take("dead-neurons", "easy")
+        wait_until(lambda: len(done) == 2, timeout_s=30)
+        # at a quarter share, 0.2 s of work is followed by about 0.6 s of rest
+        assert done[1] - done[0] >= 0.2 + 0.5, done
+    finally:
+        prefetch.stop()
+
+
+def test_a_seedless_reset_on_a_server_takes_a_ready_instance(tmp_path) -> None:
+    env = {"MECHSANDBOX_PREFETCH_DEPTH": "2", "MECHSANDBOX_PREFETCH_PAIRS": "committee-circuit/hard",
+           "MECHSANDBOX_PREWARM_TEST": "dead-neurons/easy", "MECHSANDBOX_STANDARD_SET": "3"}  # fmt: skip
+    with running_server(tmp_path, **env) as server, server.http() as http:
+        health = lambda: http.get("/health").json()["prefetch"]  # noqa: E731
+        wait_until(lambda: health()["ready"].get("committee-circuit/hard", 0) >= 1, timeout_s=240)
+        wait_until(lambda: health()["test_prewarm"] == {"done": 3, "of": 3}, timeout_s=60)
+        started = time.monotonic()
+        reply = http.post("/reset", json={"task_id": "committee-circuit", "level": "hard"})
+        elapsed = time.monotonic() - started
+        assert reply.status_code == 200, reply.text
+        # committee-circuit hard takes about 4 s to generate on an idle core; a ready one is a payload load
+        assert elapsed < 3.0, elapsed
+        assert health()["served"] == 1
+        # the instance_id names the seed used: resetting that seed gives the same instance
+        obs = reply.json()["observation"]
+        seed = int(obs["instance_id"].rsplit("-", 1)[1])
+        again = http.post("/reset", json={"task_id": "committee-circuit", "level": "hard", "seed": seed})
+        assert again.status_code == 200 and again.json()["observation"]["instance_id"] == obs["instance_id"]
+
+
+@pytest.mark.parametrize("bad", ["committee-circuit", "committee-circuit/hardest"])
+def test_a_malformed_pair_setting_fails_at_startup_naming_it(bad: str) -> None:
+    from mechsandbox.settings import ServerSettings
+
+    with pytest.raises(ValueError, match="MECHSANDBOX_PREFETCH_PAIRS"):
+        ServerSettings.from_env({"MECHSANDBOX_PREFETCH_PAIRS": bad})
