@@ -268,9 +268,11 @@ class ServerSettings(_EnvSettings):
     prefetch_depth: int = setting(8, "instances generated ahead per task and level for seedless train resets (filled "
                                   "from that pair's first one); 0 = off", minimum=0)  # fmt: skip
     prefetch_total: int = setting(32, "generated-ahead instances kept in all pairs together (a transformer is ~1.5 "
-                                  "MiB)", minimum=0)  # fmt: skip
-    prefetch_cpu_share: float = setting(0.5, "largest share of one core the ahead-of-time generator uses (it sleeps "
-                                        "between instances)", minimum=0.05, maximum=1)  # fmt: skip
+                                  "MiB); 0 = off", minimum=0)  # fmt: skip
+    prefetch_cpu_share: float = setting(
+        0.5, "share of the time the ahead-of-time generator spends generating (it rests in proportion after each "
+        "instance)", minimum=0.05, maximum=1
+    )
     prefetch_pairs: tuple[str, ...] = setting((), "`task/level` pairs filled at startup (e.g. `committee-circuit/hard`)"
                                               "; the others start at their first seedless reset")  # fmt: skip
     prewarm_test: tuple[str, ...] = setting(
@@ -283,7 +285,8 @@ class ServerSettings(_EnvSettings):
         for name in ("prefetch_pairs", "prewarm_test"):
             for pair in getattr(self, name):
                 task, _, level = pair.partition("/")
-                if not task or level not in ("easy", "medium", "hard"):  # the task id is checked at startup
+                # tasks.LEVELS, not imported here (the task registry pulls torch); the task id is checked at startup
+                if not task or level not in ("easy", "medium", "hard"):
                     raise ValueError(f"{env_name(name)}: {pair!r} is not task/level (e.g. copy-head/hard)")
         if self.trusted_proxy:
             try:

@@ -43,7 +43,11 @@ class McpError(RuntimeError):
     def at_capacity(self) -> bool:
         """The server's session cap (or this client's share of it): OpenEnv's -32000 with the cap in ``data``.
         Its other -32000 (the environment could not be built) carries no cap and is not worth waiting for."""
-        return self.code == SERVER_ERROR and isinstance(self.data, dict) and "max_sessions" in self.data
+        if self.code != SERVER_ERROR:
+            return False
+        if isinstance(self.data, dict):
+            return "max_sessions" in self.data
+        return "capacity" in str(self).lower()  # a server that does not forward OpenEnv's data (before 2026-12-02)
 
 
 class ServerUnavailable(McpError):
@@ -95,7 +99,9 @@ def rpc_result(url: str, method: str, response: httpx.Response) -> dict[str, Any
     except ValueError:
         reply = None
     if not isinstance(reply, dict) or ("result" not in reply and "error" not in reply):
-        raise McpError(f"{method}: HTTP {response.status_code} from {url}/mcp: {response.text[:200]}")
+        # a proxy's 502/503/504 page: the server behind it is down or hung, not refusing this request
+        gone = ServerUnavailable if response.status_code in (502, 503, 504) else McpError
+        raise gone(f"{method}: HTTP {response.status_code} from {url}/mcp: {response.text[:200]}")
     if "error" in reply:
         error = reply["error"] if isinstance(reply["error"], dict) else {}
         raise McpError(f"{method}: {error.get('message')} (code {error.get('code')})", error.get("code"),

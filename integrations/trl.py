@@ -42,7 +42,6 @@ Nothing here imports torch or the task registry, so a trainer on one machine can
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 import weakref
@@ -74,8 +73,10 @@ PROBE_TIMEOUT_S = 5.0  # how long reset's health probe waits on a server that st
 
 # Servers that stopped answering, by URL, with the error: every environment of the process reads it, so once one
 # rollout has waited out a hung server, the batch's other rollouts, their closes and the next resets do not wait
-# again (a batch of 64 would otherwise wait 64 timeouts). A reset that finds the server answering clears it.
+# again (a batch of 64 would otherwise wait 64 timeouts). A reset that finds the server answering clears it, and
+# closes the sessions left open while it was down (else they would hold their slots until the server's reaper).
 _down: dict[str, ServerUnavailable] = {}
+_orphans: dict[str, list[str]] = {}
 
 
 class ToolRefused(McpError):
@@ -86,12 +87,20 @@ class ToolRefused(McpError):
 
 def _release(rpc: SyncRpc, sessions: list[str]) -> None:
     """Close the sessions still open (at ``get_reward``, at a new ``reset``, at exit), quickly: not at all on a
-    server known to be down (its reaper frees them if it comes back), with a short timeout otherwise."""
-    if rpc.url in _down:
-        sessions.clear()
+    server known to be down (they are kept to close when it answers again), with a short timeout otherwise."""
     while sessions:
-        with contextlib.suppress(McpError):  # reaped already, or the server is gone: nothing is left open on it
-            rpc("openenv/session/close", {"session_id": sessions.pop()}, timeout_s=CLOSE_TIMEOUT_S)
+        if rpc.url in _down:
+            _orphans.setdefault(rpc.url, []).extend(sessions)
+            sessions.clear()
+            return
+        session_id = sessions.pop()
+        try:
+            rpc("openenv/session/close", {"session_id": session_id}, timeout_s=CLOSE_TIMEOUT_S)
+        except ServerUnavailable as exc:  # hung or gone: the next closes and resets must not wait again
+            _down[rpc.url] = exc
+            _orphans.setdefault(rpc.url, []).append(session_id)
+        except McpError:  # reaped already: nothing is left open
+            pass
 
 
 def _finish(rpc: SyncRpc, sessions: list[str]) -> None:
@@ -128,7 +137,8 @@ class MechSandboxEnv:
         if row.get("split") not in (None, "train") or row.get("index") is not None or row.get("run_token"):
             # GRPO plays a row num_generations times and learns from the grades: test instances are for evaluation
             # (a run counts each once), and their truth must not become a training signal
-            raise ValueError("MechSandboxEnv trains on the train split only: give rows task_id, level and seed")
+            raise ValueError("MechSandboxEnv trains on the train split only: a row with split test, an index or a "
+                             "run_token names a test instance; give rows task_id, level and seed")
         self._end_episode()  # a previous rollout whose reward was never read
         self._state, self._lost = {}, None
         if self._url in _down:
@@ -176,12 +186,13 @@ class MechSandboxEnv:
     def get_reward(self) -> float:
         """The episode's graded score; the floor (0.01) when no answer was graded. Closes the rollout's session
         (``episode_state`` stays readable until the next ``reset``, for reward functions that run after this).
-        Raises :class:`ServerUnavailable` when the server stopped answering during the rollout."""
+        Raises :class:`ServerUnavailable` when the server stopped answering during a rollout it had not graded."""
         self._end_episode()
+        if self._state.get("done") and self._state.get("score") is not None:
+            return float(self._state["score"])  # graded before the server went away: a real reward
         if self._lost is not None:
             raise self._lost
-        graded = self._state.get("done") and self._state.get("score") is not None
-        return float(self._state["score"]) if graded else FLOOR
+        return FLOOR
 
     # -- for reward functions and logging (properties: TRL offers only methods as tools) ----------------------
     @property
@@ -209,6 +220,7 @@ class MechSandboxEnv:
             raise ServerUnavailable(f"health: the MechSandbox server at {self._url} answered HTTP "
                                     f"{response.status_code}: {response.text[:200]}")  # fmt: skip
         _down.pop(self._url, None)
+        _release(self._rpc, _orphans.pop(self._url, []))  # back: free what was left open while it was down
 
     def _mark_down(self, exc: ServerUnavailable) -> ServerUnavailable:
         _down[self._url] = exc
@@ -237,9 +249,10 @@ class MechSandboxEnv:
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         if self._lost is not None:
             raise self._lost
-        if self._url in _down:  # another rollout found the server gone: fail at once, do not wait again
-            self._lost = _down[self._url]
-            raise self._lost
+        down = _down.get(self._url)
+        if down is not None:  # another rollout found the server gone: fail at once, do not wait again
+            self._lost = down
+            raise down
         if not self._sessions:
             raise ToolRefused(f"{name}: no episode is running (the environment's reset starts one)")
         params = {"name": name, "arguments": arguments, "session_id": self._sessions[-1]}

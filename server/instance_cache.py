@@ -51,20 +51,29 @@ class InstanceCache:
                     self.hits += 1
                     return self._items[key]
             item = CachedInstance.build(family.id, seed, level)
-            with self._lock:
+            with self._lock:  # kept and the key's lock dropped at once: a later miss finds one or the other
                 self.misses += 1
+                self._keep(item)
                 self._key_locks.pop(key, None)
-            self.put(item)
             return item
 
     def put(self, item: CachedInstance) -> None:
         """Keep an instance generated elsewhere (the prefetcher's), as the most recently used."""
-        inst = item.instance
         with self._lock:
-            self._items[(inst.task_id, inst.seed, inst.level)] = item
-            self._items.move_to_end((inst.task_id, inst.seed, inst.level))
-            while len(self._items) > self.maxsize:
-                self._items.popitem(last=False)
+            self._keep(item)
+
+    def peek(self, task_id: str, seed: int, level: str) -> CachedInstance | None:
+        """The kept instance, if any (never generates; does not count as a use)."""
+        with self._lock:
+            return self._items.get((get_family(task_id).id, seed, level))
+
+    def _keep(self, item: CachedInstance) -> None:
+        inst = item.instance
+        key = (inst.task_id, inst.seed, inst.level)
+        self._items[key] = item
+        self._items.move_to_end(key)
+        while len(self._items) > self.maxsize:
+            self._items.popitem(last=False)
 
     def __len__(self) -> int:
         return len(self._items)

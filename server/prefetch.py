@@ -9,8 +9,9 @@ payload is about 1.5 MiB), and a seedless reset takes one without waiting. The i
 one for its seed (the same ``generate``; tests/test_prefetch.py compares bytes and truth), and the episode's
 ``instance_id`` names the seed, so nothing about an episode depends on whether it was prefetched.
 
-The thread generates one instance at a time and then sleeps in proportion (``prefetch_cpu_share``: at 0.5 it
-sleeps as long as it generated), so stepping sessions keep most of the CPU. A generation that fails is logged once
+The thread generates one instance at a time and then rests in proportion (``prefetch_cpu_share``: at 0.5 it
+rests as long as it generated), so stepping sessions keep most of the time; a wanted pair with nothing ready comes
+before the test split's pre-warm. A generation that fails is logged once
 with the pair, and that pair's seedless resets generate on demand from then on; if the thread itself ends, every
 pair does. Nothing here holds a lock while generating.
 """
@@ -92,6 +93,7 @@ class Prefetcher:
         """For /health: what is ready, what was generated and served, what failed, the pre-warm's progress."""
         with self._cond:
             report: dict[str, Any] = {
+                "enabled": self.enabled and not self._stopped,
                 "depth": self.depth,
                 "ready": {f"{t}/{lvl}": len(q) for (t, lvl), q in self._ready.items()},
                 "generated": self.generated,
@@ -104,22 +106,37 @@ class Prefetcher:
                 report["stopped"] = self._stop_reason
             return report
 
-    def stop(self) -> None:
+    def give_back(self, item: CachedInstance | None) -> None:
+        """An instance ``take`` handed out for a reset that was then refused: served next, if it still fits."""
+        if item is None or not self.enabled:
+            return
+        pair = (item.instance.task_id, item.instance.level)
+        with self._cond:
+            ready = self._ready.get(pair)
+            if ready is not None and len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total:
+                ready.appendleft(item)
+
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Stop the thread (after the instance it is generating, waiting up to ``wait_s`` for it)."""
         with self._cond:
             self._stopped = True
             self._cond.notify_all()
+        if wait_s and self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(wait_s)
 
     # -- the thread ----------------------------------------------------------------------------------------------
     def _next_job(self) -> tuple[str, int, str, Callable[[CachedInstance], None] | None] | None:
-        """Called with the lock held: a pre-warm job first, else the wanted pair with the fewest ready."""
-        if self._prewarm:
+        """Called with the lock held: a wanted pair with nothing ready first (resets are waiting on those), then a
+        pre-warm job, then the wanted pair with the fewest ready."""
+        open_pairs = []
+        if self.enabled and sum(len(q) for q in self._ready.values()) < self.total:
+            open_pairs = [p for p, q in self._ready.items() if len(q) < self.depth and p not in self._failed]
+        empty = [p for p in open_pairs if not self._ready[p]]
+        if not empty and self._prewarm:
             return self._prewarm.popleft()
-        if not self.enabled or sum(len(q) for q in self._ready.values()) >= self.total:
-            return None
-        open_pairs = [p for p, q in self._ready.items() if len(q) < self.depth and p not in self._failed]
         if not open_pairs:
             return None
-        task_id, level = min(open_pairs, key=lambda p: len(self._ready[p]))
+        task_id, level = (empty or sorted(open_pairs, key=lambda p: len(self._ready[p])))[0]
         return task_id, self._seed(), level, None
 
     def _run(self) -> None:
@@ -151,8 +168,13 @@ class Prefetcher:
                     self._failed[(task_id, level)] = why
                 else:
                     self._prewarm_done += 1
-            log.error("instance prefetch: generating %s %s seed %d failed (%s); %s", task_id, level, seed, why,
-                      "its seedless resets generate on demand" if keep is None else "it is generated when reset")
+            if keep is None:  # a train seed is public (instance_id names it); a test seed never leaves the server
+                log.error("instance prefetch: generating %s %s seed %d failed (%s); its seedless resets generate on "
+                          "demand", task_id, level, seed, why)  # fmt: skip
+            else:
+                log.error("test-split pre-warm: generating a %s %s instance failed (%s); it is generated when "
+                          "reset", task_id, level, why)  # fmt: skip
+            self._rest(time.monotonic() - started)
             return
         spent = time.monotonic() - started
         with self._cond:
@@ -166,6 +188,12 @@ class Prefetcher:
             keep(item)
             if done == total or done % 10 == 0:
                 log.info("test-split pre-warm: %d of %d instances generated", done, total)
+        self._rest(spent)
+
+    def _rest(self, spent: float) -> None:
+        """Sleep in proportion to the work just done (a duty cycle of ``cpu_share``), so stepping sessions keep the
+        rest of the time. Wall-clock, not CPU: one generation may use several cores if torch's intra-op threads
+        are free, and it shares the GIL with the request threads."""
         if self.cpu_share < 1:
-            with self._cond:  # sleep in proportion to the work, so stepping sessions keep the rest of the CPU
+            with self._cond:
                 self._cond.wait_for(lambda: self._stopped, timeout=spent * (1 - self.cpu_share) / self.cpu_share)

@@ -62,6 +62,8 @@ class Service:
         self.cache = InstanceCache(self.settings.cache_size)
         self.prefetch = Prefetcher(self.settings.prefetch_depth, self.settings.prefetch_total,
                                    self.settings.prefetch_cpu_share)  # fmt: skip
+        self.prefetch_pairs = self._pairs("prefetch_pairs")  # an unknown task fails here, before anything starts
+        self.prewarm_pairs = self._pairs("prewarm_test")
         self.http: dict[str, Episode] = {}
         self.lock = threading.Lock()
         self.ws_count: Callable[[], int] = lambda: 0
@@ -94,17 +96,20 @@ class Service:
     def _start_prefetch(self) -> None:
         """The operator's pre-warm of the test split (into the instance cache) and pairs filled from the start."""
         jobs = []
-        for task_id, level in self._pairs("prewarm_test"):
+        for task_id, level in self.prewarm_pairs:
             for index in range(min(self.settings.standard_set, self.settings.test_instances)):
                 ref = heldout_ref(self.salt, task_id, level, index)
                 jobs.append((ref.task_id, ref.seed, ref.level))
         if len(jobs) > self.settings.cache_size:
             log.warning("MECHSANDBOX_PREWARM_TEST names %d instances but MECHSANDBOX_CACHE_SIZE keeps %d: the first "
                         "ones will be evicted again", len(jobs), self.settings.cache_size)  # fmt: skip
+        elif jobs:
+            log.info("test-split pre-warm: %d instances in a cache of %d (train resets share it: raise "
+                     "MECHSANDBOX_CACHE_SIZE to keep them)", len(jobs), self.settings.cache_size)  # fmt: skip
         if jobs:
             log.info("test-split pre-warm: generating %d instances in the background", len(jobs))
             self.prefetch.prewarm(jobs, self.cache.put)
-        self.prefetch.start(self._pairs("prefetch_pairs"))
+        self.prefetch.start(self.prefetch_pairs)
 
     def _pairs(self, name: str) -> list[Pair]:
         pairs = []
@@ -118,7 +123,7 @@ class Service:
 
     def stop(self) -> None:
         self.stopped.set()
-        self.prefetch.stop()
+        self.prefetch.stop(wait_s=10.0)
         with self.lock:
             episodes = list(self.http.values())
             self.http.clear()
@@ -170,6 +175,16 @@ class Service:
     def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL) -> Episode:
         """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does)."""
         ref = self.resolve(params)
+        try:
+            return self._open_episode(ref, params, transport, client)
+        except EpisodeError:
+            if ref.split == "train" and params.get("seed") is None:
+                # refused after resolve took a generated-ahead instance (full, over quota, sandbox down): it goes
+                # back to its pool, so a client stuck at its cap cannot drain the pools for everyone
+                self.prefetch.give_back(self.cache.peek(ref.task_id, ref.seed, ref.level))
+            raise
+
+    def _open_episode(self, ref: InstanceRef, params: dict[str, Any], transport: str, client: Client) -> Episode:
         run = self.runs.check_reset(ref, params.get("run_token"))
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
