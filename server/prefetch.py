@@ -22,6 +22,7 @@ import logging
 import secrets
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -50,7 +51,8 @@ class Prefetcher:
         self._stopped = False
         self._thread: threading.Thread | None = None
         self._stop_reason = ""
-        self.generated = self.served = 0
+        self._handed: weakref.WeakValueDictionary[int, CachedInstance] = weakref.WeakValueDictionary()
+        self.generated = self.served = 0  # served: handed out by take and not handed back
 
     @property
     def enabled(self) -> bool:
@@ -85,7 +87,9 @@ class Prefetcher:
                 return None
             ready = self._ready.setdefault(pair, deque())
             item = ready.popleft() if ready else None
-            self.served += item is not None
+            if item is not None:
+                self.served += 1
+                self._handed[id(item)] = item
             self._cond.notify()
             return item
 
@@ -112,6 +116,9 @@ class Prefetcher:
             return
         pair = (item.instance.task_id, item.instance.level)
         with self._cond:
+            if self._handed.get(id(item)) is item:  # one of ours (else an on-demand one the reset generated)
+                del self._handed[id(item)]
+                self.served -= 1
             ready = self._ready.get(pair)
             if ready is not None and len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total:
                 ready.appendleft(item)

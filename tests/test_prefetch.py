@@ -128,8 +128,9 @@ def test_the_cpu_share_makes_the_thread_rest_between_instances() -> None:
 
 
 def test_a_seedless_reset_on_a_server_takes_a_ready_instance(tmp_path) -> None:
-    env = {"MECHSANDBOX_PREFETCH_DEPTH": "2", "MECHSANDBOX_PREFETCH_PAIRS": "committee-circuit/hard",
-           "MECHSANDBOX_PREWARM_TEST": "dead-neurons/easy", "MECHSANDBOX_STANDARD_SET": "3"}  # fmt: skip
+    env = {"MECHSANDBOX_PREFETCH_DEPTH": "2", "MECHSANDBOX_PREFETCH_PAIRS": "committee-circuit/hard,dead-neurons/easy",
+           "MECHSANDBOX_PREWARM_TEST": "dead-neurons/easy", "MECHSANDBOX_STANDARD_SET": "3",
+           "MECHSANDBOX_SESSION_CAP": "4"}  # fmt: skip
     with running_server(tmp_path, **env) as server, server.http() as http:
         health = lambda: http.get("/health").json()["prefetch"]  # noqa: E731
         wait_until(lambda: health()["ready"].get("committee-circuit/hard", 0) >= 2, timeout_s=300)
@@ -150,6 +151,14 @@ def test_a_seedless_reset_on_a_server_takes_a_ready_instance(tmp_path) -> None:
         seed = int(obs["instance_id"].rsplit("-", 1)[1])
         _, again = timed_reset(seed=seed)
         assert again["instance_id"] == obs["instance_id"] and again["prompt"] == obs["prompt"]
+
+        # a seedless reset refused after it took a ready instance (the session cap: four HTTP episodes are open)
+        # hands the instance back: nothing counts as served, and the pool holds the same two
+        wait_until(lambda: health()["ready"].get("dead-neurons/easy") == 2, timeout_s=60)
+        assert http.post("/reset", json={"task_id": "dead-neurons", "seed": 5}).status_code == 200  # the fourth
+        refused = http.post("/reset", json={"task_id": "dead-neurons", "level": "easy"})
+        assert refused.status_code == 429, refused.text
+        assert health()["served"] == 1 and health()["ready"]["dead-neurons/easy"] == 2
 
 
 @pytest.mark.parametrize("bad", ["committee-circuit", "committee-circuit/hardest"])
