@@ -30,10 +30,12 @@ What each way a rollout can go wrong gives (tests/test_trl.py runs them through 
 - the rollout ends (no more tool calls, TRL's ``max_tool_calling_iterations`` or the completion length) before an
   answer is graded: 0.01;
 - the server goes away or stops answering (``timeout_s``): the tool call raises :class:`ServerUnavailable`; the
-  process remembers the server as down, so every later call of every rollout fails at once with that line (a
-  batch waits one timeout, not one per rollout), closes are skipped, and ``get_reward`` of a rollout that met it
-  raises it: training stops with one line instead of learning from rewards that were never graded. A ``reset``
-  after that probes the server for 5 s and raises the same way unless it answers again. ``reset`` also raises for
+  process remembers the server as down (a proxy's 502/503/504 counts too), so every later call of every rollout
+  fails at once with that line (a batch waits one timeout, not one per rollout), closes are skipped (the sessions
+  are closed when it answers again), and ``get_reward`` of a rollout that met it before any grade raises it:
+  training stops with one line instead of learning from rewards that were never graded (a rollout graded before
+  the outage keeps its reward). A ``reset`` after that probes the server for 5 s and raises the same way unless it
+  answers again. ``reset`` also raises for
   a row the server refuses (an unknown task; no session is left open) and when the server stays at its session
   cap for ``capacity_wait_s``.
 
