@@ -13,6 +13,10 @@ can; throughput = total steps / wall time of the step phase. The server runs wit
 a second figure repeats the run with a reset every 8 steps, as the family budget forces by default
 (resets inside the step phase). One asyncio client process drives every server, so client overhead
 is in every figure, floors included. ``--throughput-only`` skips the latencies and the floors.
+
+The RL rows (issue 20: scripted episodes per second at concurrency 8 on fresh server-chosen seeds, with and
+without instances generated ahead, and seedless reset latency per family and level while 8 sessions play) are
+``bench/rl_load.py``; ``python bench/e2e.py --rl [its options]`` runs it.
 """
 
 from __future__ import annotations
@@ -155,6 +159,12 @@ async def throughput(url: str, sessions: int, steps: int, budget: int) -> float:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--rl"]:
+        import rl_load  # bench/ is the script's directory, first on sys.path
+
+        sys.argv = [str(HERE / "rl_load.py"), *sys.argv[2:]]
+        rl_load.main()
+        return
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--sessions", default="1,8,32,64")

@@ -221,18 +221,120 @@ class Ablator:
         """Logits with ``heads`` zero-ablated (the clean logits for an empty list)."""
         if not heads:
             return self.clean
+        return self.run_from(min(lay for lay, _ in heads), _zero_heads_hooks(heads))
+
+    def run_from(self, start: int, fwd_hooks: list[tuple[str, Callable]]) -> torch.Tensor:
+        """Logits of the clean run with ``fwd_hooks`` added, every one of them in block ``start`` or later:
+        blocks ``start``.. are run again, on the clean stream entering block ``start`` (a copy: a hook on
+        ``hook_resid_pre`` may write into it in place)."""
         model = self.model
-        start = min(lay for lay, _ in heads)
-        for name, fn in _zero_heads_hooks(heads):
+        for name, fn in fwd_hooks:
             model.add_hook(name, fn)
         try:
             with torch.no_grad():
-                resid = self.resid_pre[start]
+                resid = self.resid_pre[start].clone()
                 for block in model.blocks[start:]:
                     resid = block(resid)
                 return model.unembed(resid)
         finally:
             model.reset_hooks()
+
+
+def _attend(attn: torch.nn.Module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, queries: slice,
+            zero: list[int]) -> torch.Tensor:  # fmt: skip
+    """Per-head outputs ``z`` [batch, query, head, d_head] from the query positions ``queries``' q and every
+    position's k and v (causal), with the heads in ``zero`` zeroed."""
+    n = k.shape[1]
+    scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / attn.attn_scale
+    scores = scores.masked_fill(~attn.mask[:n, :n][queries], float("-inf"))
+    z = torch.einsum("bhqk,bkhe->bqhe", torch.softmax(scores, dim=-1), v)
+    if zero:
+        z[:, :, zero] = 0.0
+    return z
+
+
+def _qkv(attn: torch.nn.Module, resid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(torch.einsum("bpd,hde->bphe", resid, w) + b
+                 for w, b in ((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K), (attn.W_V, attn.b_V)))  # fmt: skip
+
+
+FAST_GUARD = 1e-4  # acceptance bounds computed with a QueryAblator are tightened by this (its rounding: < 1e-5)
+
+
+class QueryAblator:
+    """Logits at chosen query positions of zero-ablated head sets in an attention-only model, for acceptance
+    checks.
+
+    Why: the transformer families' acceptance checks run dozens of ablations per candidate model (committee
+    about 40, induction one per head), which made them most of those families' generation time, while their
+    metrics read a few positions. An ablation whose earliest head is in layer L changes nothing below L; in
+    layer L (the stream is linear: no LayerNorm, no MLP) it only removes the ablated heads' results
+    ``z_h @ W_O[h]`` from the clean output, a change of rank d_head per head, so layer L+1's queries, keys and
+    values move by ``z_h @ (W_O[h] @ W_QKV)`` (a product d_model / d_head times smaller than recomputing them);
+    later layers get a full pass, and the last layer computes only the wanted queries. The same arithmetic as
+    :class:`Ablator` (zeroing hook_z) in another order: equal up to float32 rounding (about 1e-5 of a logit
+    here), not bit-equal, so acceptance bounds computed with it need a guard band, and the contract is checked
+    with :class:`Ablator` (the tests do). Logits are computed on each call from the model's current
+    unembedding, so a generator may adjust ``b_U`` after building this.
+    """
+
+    def __init__(self, model: HookedTransformer, tokens: torch.Tensor, queries: slice = slice(None)):
+        if not model.cfg.attn_only:
+            raise ValueError("QueryAblator needs an attention-only model")
+        self.model, self.queries = model, queries
+        self.qkv: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.z: list[torch.Tensor] = []
+        self.resid_post: list[torch.Tensor] = []
+        self._composed: dict[tuple[int, int], torch.Tensor] = {}
+        with torch.no_grad():
+            resid = model.embed(tokens) + model.pos_embed(tokens)
+            for block in model.blocks:
+                attn = block.attn
+                self.qkv.append(_qkv(attn, resid))
+                self.z.append(_attend(attn, *self.qkv[-1], slice(None), []))
+                resid = resid + torch.einsum("bqhe,hed->bqd", self.z[-1], attn.W_O) + attn.b_O
+                self.resid_post.append(resid)
+
+    def _composition(self, layer: int, head: int) -> torch.Tensor:
+        """W_O of (layer, head) times the next layer's W_Q, W_K, W_V: [d_head, 3, heads, d_head]."""
+        if (layer, head) not in self._composed:
+            nxt = self.model.blocks[layer + 1].attn
+            w_o = self.model.blocks[layer].attn.W_O[head]
+            self._composed[layer, head] = torch.stack(
+                [torch.einsum("ed,hdf->ehf", w_o, w) for w in (nxt.W_Q, nxt.W_K, nxt.W_V)], dim=1
+            )
+        return self._composed[layer, head]
+
+    @property
+    def clean(self) -> torch.Tensor:
+        """Clean logits at the query positions, [batch, query, vocab]."""
+        return self.logits([])
+
+    def logits(self, heads: list[tuple[int, int]]) -> torch.Tensor:
+        """Logits [batch, query, vocab] with ``heads`` zero-ablated at every position."""
+        model, last, qs = self.model, self.model.cfg.n_layers - 1, self.queries
+        by_layer: dict[int, list[int]] = {}
+        for lay, h in sorted(set(heads)):
+            by_layer.setdefault(lay, []).append(h)
+        with torch.no_grad():
+            if not heads:
+                return model.unembed(self.resid_post[last][:, qs])
+            start = min(by_layer)
+            gone, w_o = by_layer[start], model.blocks[start].attn.W_O
+            z_gone = self.z[start][:, :, gone]
+            resid = self.resid_post[start] - torch.einsum("bpge,ged->bpd", z_gone, w_o[gone])
+            if start == last:
+                return model.unembed(resid[:, qs])
+            lay = start + 1
+            delta = torch.einsum("bpge,gexhf->xbphf", z_gone, torch.stack([self._composition(start, h) for h in gone]))
+            q, k, v = (clean - d for clean, d in zip(self.qkv[lay], delta, strict=True))
+            for lay in range(start + 1, last + 1):
+                attn, rows = model.blocks[lay].attn, qs if lay == last else slice(None)
+                if lay > start + 1:
+                    q, k, v = _qkv(attn, resid)
+                z = _attend(attn, q[:, rows], k, v, rows, by_layer.get(lay, []))
+                resid = resid[:, rows] + torch.einsum("bqhe,hed->bqd", z, attn.W_O) + attn.b_O
+            return model.unembed(resid)
 
 
 # ---------------------------------------------------------------------------------------

@@ -9,9 +9,10 @@ and compares them with the record, bit for bit in canonical JSON, and computes t
 100. A generator change shows as a mismatch (or a missing family version) until the record is made again, as
 ``gen-art --check`` does for the canonical artifacts. ``MECHSANDBOX_FULL_SWEEP=1`` regenerates all 100.
 
-Record again (both cores: 18 min 54 s here on 2026-12-02)::
+Record again (both cores: 18 min 54 s here on 2026-12-02, before issue 20's faster generators), or only the
+families whose version changed (``--families committee-circuit induction-circuit``: the others' records are kept)::
 
-    OMP_NUM_THREADS=1 .venv/bin/python tests/sweep_truths.py --record
+    OMP_NUM_THREADS=1 .venv/bin/python tests/sweep_truths.py --record [--families TASK_ID ...]
 """
 
 from __future__ import annotations
@@ -74,22 +75,31 @@ def _truths(job: tuple[str, str]) -> tuple[str, list[dict[str, Any]]]:
     return key(task_id, level), [json.loads(canonical(fam.generate(seed, level).truth)) for seed in range(SEEDS)]
 
 
-def record_all(jobs: int) -> None:
+def record_all(jobs: int, task_ids: tuple[str, ...] = RECORDED_FAMILIES) -> None:
+    """Record ``task_ids`` again; the other families' records are kept, and records of retired family versions
+    are dropped."""
     from mechsandbox.tasks import LEVELS
 
-    work = [(t, lvl) for t in RECORDED_FAMILIES for lvl in LEVELS]
+    unknown = sorted(set(task_ids) - set(RECORDED_FAMILIES))
+    if unknown:
+        raise SystemExit(f"not recorded families: {', '.join(unknown)} (recorded: {', '.join(RECORDED_FAMILIES)})")
+    work = [(t, lvl) for t in task_ids for lvl in LEVELS]
+    current = {key(t, lvl) for t in RECORDED_FAMILIES for lvl in LEVELS}
+    results = {k: v for k, v in (json.loads(RECORD.read_text()) if RECORD.exists() else {}).items() if k in current}
     with ProcessPoolExecutor(jobs) as pool:
-        results = dict(pool.map(_truths, work))
+        results.update(pool.map(_truths, work))
     RECORD.write_text(json.dumps(results, sort_keys=True, indent=0) + "\n")
-    print(f"wrote {RECORD} ({len(results)} family levels x {SEEDS} seeds)")
+    print(f"wrote {RECORD} ({len(results)} family levels x {SEEDS} seeds; recorded now: {', '.join(task_ids)})")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--record", action="store_true", help="regenerate every recorded truth and write the file")
+    parser.add_argument("--families", nargs="+", default=list(RECORDED_FAMILIES), metavar="TASK_ID",
+                        help="record only these families (the others' records are kept)")  # fmt: skip
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     if not args.record:
         parser.print_help()
         sys.exit(2)
-    record_all(args.jobs)
+    record_all(args.jobs, tuple(args.families))

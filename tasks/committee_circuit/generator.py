@@ -1,4 +1,4 @@
-"""Generator for committee-circuit (version 2): primaries and their backups jointly copy the marked token.
+"""Generator for committee-circuit (version 3): primaries and their backups jointly copy the marked token.
 
 Four attention-only layers. Each committee pair is a primary head P and a backup head B in a later
 layer. Both attend to the marked token (content key) and copy it to the output. P also writes a
@@ -23,6 +23,9 @@ output-copying head on the sink; two writers, so no single ablation releases it)
 QK is padded (in a subspace nothing writes) to its layer's common spectrum, and every head's OV to a
 common tail, so the sorted singular values of QK are identical within a layer and those of OV differ
 only by the drawn gains.
+
+Version 3 (issue 20: generation time) is version 2's construction, accepted by the same checks read with the
+fast :class:`~mechsandbox.tasks.circuits.QueryAblator` (every bound tightened by its guard band).
 """
 
 from __future__ import annotations
@@ -35,9 +38,13 @@ import torch
 from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
 from ..circuits import (
+    FAST_GUARD as GUARD,
+)
+from ..circuits import (
     Ablator,
     Layout,
     Planter,
+    QueryAblator,
     attend_flag,
     copy_tokens,
     hooked_instance,
@@ -49,7 +56,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "committee-circuit"
-VERSION = "2"
+VERSION = "3"
 ROLES = ("primary", "backup")
 N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 32
 LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.002), "hard": (10, 3, 0.0025)}  # heads/layer, pairs, noise
@@ -60,6 +67,7 @@ KINDS = ("sink", "mark", "flag0", "flag1", "flag2")  # the keys a non-member att
 PAD = 28  # residual dims nothing writes: the QK/OV padding reads them
 DECOYS = 3  # decoy triples per pair: mark-attending output copiers parked like backups (3x the backups)
 NOISE_DRAWS = 8  # rotation and noise draws per construction before it is redrawn
+SCALE = 5.0  # the clean margin, in logits
 H_GAIN = (2.5, 3.5)  # gain of the "handled" (and "aux") write: with w about 3, no pad value of QK is large
 
 
@@ -99,10 +107,6 @@ def _probe(s: Stream, marked: list[int], plain: list[int]) -> tuple[torch.Tensor
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def mean_margin(logits: torch.Tensor, targets: torch.Tensor) -> float:
-    return margin(logits[:, -1], targets).mean().item()
-
-
 def _attentions(model: HookedTransformer, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
     """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions
     in ``key``, from one clean forward pass in float64. Why float64: the OV gains are calibrated from these
@@ -134,15 +138,19 @@ def committee_effects(
 
 
 class _Effects:
-    """Margin drops of head ablations as fractions of the clean margin (an :class:`Ablator` underneath)."""
+    """Margin drops of head ablations as fractions of the clean margin: exact (an :class:`Ablator`, what the
+    tests read) or, for the generator's acceptance checks, ``fast`` (a :class:`QueryAblator`)."""
 
-    def __init__(self, model: HookedTransformer, tokens: torch.Tensor, targets: torch.Tensor):
-        self.ablator = Ablator(model, tokens)
+    def __init__(self, model: HookedTransformer, tokens: torch.Tensor, targets: torch.Tensor, fast: bool = False):
+        self.ablator = QueryAblator(model, tokens, slice(-1, None)) if fast else Ablator(model, tokens)
         self.targets = targets
-        self.clean = mean_margin(self.ablator.clean, targets)
+        self.clean = self._margin([])
+
+    def _margin(self, heads: list) -> float:
+        return margin(self.ablator.logits(heads)[:, -1], self.targets).mean().item()
 
     def drop(self, heads: list) -> float:
-        return (self.clean - mean_margin(self.ablator.logits(heads), self.targets)) / self.clean
+        return (self.clean - self._margin(heads)) / self.clean
 
 
 def _plant(cfg: HookedConfig, lay: Layout, pairs, marked, flags, gains, default, delta) -> Planter:
@@ -284,8 +292,7 @@ def generate(seed: int, level: str) -> Instance:
         h_p = [s.fraction(*H_GAIN) for _ in range(n_pairs)]
         tokens, targets = _probe(s, marked, plain_toks)
         mark_key = torch.isin(tokens, torch.tensor(marked)).float()
-        scale = 5.0  # clean margin, in logits
-        delta = (sum(shares) - 1.0) * scale
+        delta = (sum(shares) - 1.0) * SCALE
         # Calibrate on noise-free, unrotated builds: first the sink weight of each backup from its
         # primary's attention, then the OV gains from the measured attentions and the drawn shares.
         gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0, h_p[k]) for k in range(n_pairs)]
@@ -301,8 +308,8 @@ def generate(seed: int, level: str) -> Instance:
         attn = _attentions(calib, tokens, [h for pair in pairs for h in pair], mark_key)
         for k in range(n_pairs):
             a_p, a_on = attn[2 * k], attn[2 * k + 1]
-            g_b = backup_share[k] * scale / a_on
-            g_p = (shares[k] - backup_share[k]) * scale / a_p
+            g_b = backup_share[k] * SCALE / a_on
+            g_p = (shares[k] - backup_share[k]) * SCALE / a_p
             gains[k] = (g_p, g_b, *gains[k][2:])
         p = _plant(cfg, lay, pairs, marked, flags, gains, default, delta)
         _non_members(p, s, pairs, marked, gains, n_heads)
@@ -337,31 +344,37 @@ def generate(seed: int, level: str) -> Instance:
 def _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
     """The committee properties of docs/CONTRACT.md, on this instance's own probe set. Cheap checks
     that reject most candidates (the pairs' drops) come first; the non-members' solo ablations, the
-    dearest, come last and stop at the first one out of range."""
-    eff = _Effects(model, tokens, targets)
-    if eff.clean < 2.0:
+    dearest, come last and stop at the first one out of range. The effects come from the fast ablator,
+    so every bound is tightened by ``GUARD`` (far above its rounding): what passes here passes the exact
+    :func:`committee_effects` the tests read."""
+    eff = _Effects(model, tokens, targets, fast=True)
+
+    def inside(x: float, lo: float, hi: float) -> bool:
+        return lo + GUARD <= x <= hi - GUARD
+
+    if eff.clean < 2.0 + GUARD:
         return False
     pair = [eff.drop([pp, bb]) for pp, bb in pairs]
-    if min(pair) < 0.5 or max(pair) - min(pair) < 0.1:
+    if min(pair) < 0.5 + GUARD or max(pair) - min(pair) < 0.1 + GUARD:
         return False
     primary = [eff.drop([pp]) for pp, _ in pairs]
-    if not all(0.1 <= d <= 0.4 for d in primary):
+    if not all(inside(d, 0.1, 0.4) for d in primary):
         return False
     backup = [eff.drop([bb]) for _, bb in pairs]
-    if not all((abs(d) <= 0.03) if k in hidden else (0.1 <= d <= 0.4) for k, d in enumerate(backup)):
+    if not all(inside(d, -0.03, 0.03) if k in hidden else inside(d, 0.1, 0.4) for k, d in enumerate(backup)):
         return False
     takeover = [pr - pa - ba for pr, pa, ba in zip(pair, primary, backup, strict=True)]
-    if min(takeover) < 0.12:
+    if min(takeover) < 0.12 + GUARD:
         return False
     members = {h for pp in pairs for h in pp}
     whole = eff.drop(sorted(members))
-    if whole < 0.9 or abs(sum(pair) - whole) > 0.2 * whole:
+    if whole < 0.9 + GUARD or abs(sum(pair) - whole) > 0.2 * whole - GUARD:
         return False
     others = []
     for head in ((ly, h) for ly in range(N_LAYERS) for h in range(n_heads)):
         if head not in members:
             others.append(eff.drop([head]))
-            if abs(others[-1]) > 0.04:
+            if not inside(others[-1], -0.04, 0.04):
                 return False
     # a hidden backup alone moves the margin no more than some non-member does, in either direction
-    return all(min(others) <= backup[k] <= max(others) for k in hidden)
+    return all(inside(backup[k], min(others), max(others)) for k in hidden)

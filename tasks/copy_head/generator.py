@@ -11,6 +11,8 @@ tokens, so they read no token they copy. The remaining 0-3 heads have ordinary j
 positional heads (self, previous, offset 2), first-position heads and heads keyed on other token
 subsets, each copying a few tokens into scratch space, and a few of them nudging the output logits.
 Version 1 had no decoy writers: the copy head was the one head writing into the unembedding's space.
+Version 4 (issue 20: generation time) is version 3's construction, accepted by the same rule read with the fast
+:class:`~mechsandbox.tasks.circuits.QueryAblator`.
 """
 
 from __future__ import annotations
@@ -21,15 +23,16 @@ from ...answer_kind import AnswerKind
 from ...arch import HookedConfig
 from ..base import Instance
 from ..circuits import (
+    FAST_GUARD,
     Layout,
     Planter,
+    QueryAblator,
     attend_flag,
     copy_tokens,
     distractor_job,
     hooked_instance,
     margin,
     permute_heads,
-    single_head_ablations,
 )
 from ..decoys import plant_flag_decoy, plant_offset_decoy
 from ..rng import Stream
@@ -37,7 +40,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "copy-head"
-VERSION = "3"
+VERSION = "4"
 N_LAYERS, N_HEADS, D_HEAD, N_CTX = 2, 12, 16, 12
 LEVELS = {"easy": (32, 0.0), "medium": (40, 0.01), "hard": (48, 0.02)}  # vocab, noise
 N_FLAGS, N_SCR, N_PROBE = 4, 16, 96
@@ -124,15 +127,16 @@ def generate(seed: int, level: str) -> Instance:
                         copy_tokens(p, layer, head, nudged, "out", s.fraction(0.3, 0.6))
         model = p.build(s, noise)
         tokens, targets = _probe(s, vocab, marked)
-        with torch.no_grad():
-            clean = margin(model(tokens)[:, -1], targets).mean().item()
-        if clean < 2.0:  # (the decoys' noisy writes into the output space lower hard's margins: skip the ablations)
+        # read with the fast ablator (the last position only), every bound tightened by FAST_GUARD
+        ablator = QueryAblator(model, tokens, slice(-1, None))
+        clean = margin(ablator.clean[:, -1], targets).mean().item()
+        if clean < 2.0 + FAST_GUARD:  # (the decoys' noisy writes into the output lower hard's margins: skip ablating)
             continue
-        after = single_head_ablations(model, tokens, lambda lg, t=targets: margin(lg[:, -1], t).mean().item())
-        drops = {head: clean - value for head, value in after.items()}
+        drops = {(lay, h): clean - margin(ablator.logits([(lay, h)])[:, -1], targets).mean().item()
+                 for lay in range(N_LAYERS) for h in range(N_HEADS)}  # fmt: skip
         top = drops[(copy_layer, copy_head)]
         rest = max(abs(v) for k, v in drops.items() if k != (copy_layer, copy_head))
-        if clean >= 2.0 and top >= 0.6 * clean and rest <= 0.2 * top:
+        if top >= 0.6 * clean + FAST_GUARD and rest <= 0.2 * top - FAST_GUARD:
             break
     copy_head = permute_heads(model, s)[copy_layer][copy_head]
     return hooked_instance(

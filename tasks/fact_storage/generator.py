@@ -35,7 +35,7 @@ import torch
 from ...answer_kind import AnswerKind
 from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
-from ..circuits import Layout, Planter, attend_offset, copy_tokens, distractor_job
+from ..circuits import Ablator, Layout, Planter, attend_offset, copy_tokens, distractor_job
 from ..rng import Stream
 from . import prompt
 
@@ -129,7 +129,8 @@ def trace(model: HookedTransformer, clean: torch.Tensor, corrupt: torch.Tensor, 
           site: str = "mlp_out") -> torch.Tensor:  # fmt: skip
     """Recovery [n_layers, n_ctx] when the clean ``hook_<site>`` activation is restored at one
     (layer, position) of the corrupted run: (m_restored - m_corrupt) / (m_clean - m_corrupt).
-    All positions of a layer run as one forward pass over the repeated batch."""
+    All positions of a layer run as one pass over the repeated batch, from the corrupted stream entering that
+    layer (an :class:`Ablator` of the repeated batch keeps it: bit-identical to a whole forward pass)."""
     n, n_ctx = clean.shape
     names = [f"blocks.{lay}.hook_{site}" for lay in range(model.cfg.n_layers)]
     with torch.no_grad():
@@ -137,6 +138,7 @@ def trace(model: HookedTransformer, clean: torch.Tensor, corrupt: torch.Tensor, 
         m_clean = metric(model, clean, targets, logits)
         m_corrupt = metric(model, corrupt, targets)
     batch, many_targets = corrupt.repeat(n_ctx, 1), targets.repeat(n_ctx)
+    corrupted_run = Ablator(model, batch)
     out = torch.zeros(model.cfg.n_layers, n_ctx)
     for lay, name in enumerate(names):
 
@@ -145,8 +147,7 @@ def trace(model: HookedTransformer, clean: torch.Tensor, corrupt: torch.Tensor, 
                 act[pos * n : (pos + 1) * n, pos] = cache[name][:, pos]
             return act
 
-        with torch.no_grad():
-            logits = model.run_with_hooks(batch, fwd_hooks=[(name, restore)])
+        logits = corrupted_run.run_from(lay, [(name, restore)])
         for pos in range(n_ctx):
             rows = slice(pos * n, (pos + 1) * n)
             m = metric(model, batch[rows], many_targets[rows], logits[rows])
