@@ -34,6 +34,7 @@ from mechsandbox.integrations.mcp_client import SyncRpc
 from mechsandbox.tasks import LEVELS, families
 
 DEPTH = 8
+POOL = 12  # warm sandbox workers: 8 players and the timed resets each take one per episode
 
 
 def all_pairs() -> list[str]:
@@ -41,7 +42,8 @@ def all_pairs() -> list[str]:
 
 
 def server_env(pairs: list[str], prefetch: bool) -> dict[str, str]:
-    env = {"MECHSANDBOX_SESSION_CAP": "64", "MECHSANDBOX_CLIENT_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": "16"}
+    env = {"MECHSANDBOX_SESSION_CAP": "64", "MECHSANDBOX_CLIENT_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": "16",
+           "MECHSANDBOX_POOL_SIZE": str(POOL)}
     if prefetch:
         env |= {"MECHSANDBOX_PREFETCH_PAIRS": ",".join(pairs), "MECHSANDBOX_PREFETCH_TOTAL": str(DEPTH * len(pairs))}
     else:
