@@ -34,7 +34,7 @@ from mechsandbox.integrations.mcp_client import SyncRpc
 from mechsandbox.tasks import LEVELS, families
 
 DEPTH = 8
-POOL = 12  # warm sandbox workers: 8 players and the timed resets each take one per episode
+POOL = 12  # warm sandbox workers (the default is 4): 8 players and the timed resets each take one per episode
 
 
 def all_pairs() -> list[str]:
@@ -92,6 +92,10 @@ def timed_reset(rpc: SyncRpc, task_id: str, level: str) -> float:
         rpc("openenv/session/close", {"session_id": session})
 
 
+warm: list[int] = []  # warm sandbox workers just before each timed reset
+ready: list[int] = []  # ready instances of the reset's pair just before it
+
+
 def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int) -> tuple[dict[str, list[float]], int]:
     """Time seedless resets per pair while ``concurrency`` sessions play scripted episodes (seedless too)."""
     stop = threading.Event()
@@ -112,9 +116,13 @@ def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int) -> 
     time.sleep(5)  # the players are mid-episode
     rpc = SyncRpc(url, 300.0)
     out: dict[str, list[float]] = {pair: [] for pair in pairs}
-    for _ in range(resets):
-        for pair in pairs:
-            out[pair].append(timed_reset(rpc, *pair.split("/")))
+    with httpx.Client(base_url=url, timeout=30) as http:
+        for _ in range(resets):
+            for pair in pairs:
+                health = http.get("/health").json()
+                warm.append(health["workers"]["warm"])
+                ready.append(health["prefetch"]["ready"].get(pair, 0))
+                out[pair].append(timed_reset(rpc, *pair.split("/")))
     stop.set()
     for t in threads:
         t.join(timeout=300)
@@ -152,6 +160,9 @@ def main() -> None:
     every = [ms for values in latencies.values() for ms in values]
     print(f"\nseedless resets with {args.concurrency} sessions playing ({played} episodes meanwhile); "
           f"{served} resets served from the pools in all")  # fmt: skip
+    print(f"just before a timed reset: warm sandbox workers median {statistics.median(warm):.0f} (0 in "
+          f"{warm.count(0)} of {len(warm)}); its pair's ready instances median {statistics.median(ready):.0f} "
+          f"(0 in {ready.count(0)})")  # fmt: skip
     print(f"{'pair':32} {'median ms':>10} {'p95 ms':>8} {'max ms':>8}")
     for pair, ms in latencies.items():
         print(f"{pair:32} {statistics.median(ms):10.0f} {pct(ms, 0.95):8.0f} {max(ms):8.0f}")
