@@ -11,7 +11,8 @@ Three phases, each on a local server of its own (every pair's pool may hold ``ME
 2. prefetch on, every pair's pool full first: the same plan -> episodes/s (the pools refill behind it).
 3. prefetch on, pools full: ``--concurrency`` sessions play scripted episodes in a loop (seedless resets) while
    this process times ``--resets`` seedless resets per pair, each a ``start_episode`` over POST /mcp in a session
-   of its own -> median, p95, max ms, and how many of them the pools served.
+   of its own -> median and max ms per pair (a p95 where a row has 20 samples: every pair together), and the warm
+   sandbox workers and the pair's ready instances found just before each.
 
 Phase 1 against phase 2 is "before and after" for a trainer that draws a fresh instance per episode; the
 generators' own speed is ``bench/generation.py``. One client process drives everything (its overhead is in every
@@ -45,7 +46,8 @@ def server_env(pairs: list[str], prefetch: bool) -> dict[str, str]:
     env = {"MECHSANDBOX_SESSION_CAP": "64", "MECHSANDBOX_CLIENT_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": "16",
            "MECHSANDBOX_POOL_SIZE": str(POOL)}
     if prefetch:
-        env |= {"MECHSANDBOX_PREFETCH_PAIRS": ",".join(pairs), "MECHSANDBOX_PREFETCH_TOTAL": str(DEPTH * len(pairs))}
+        env |= {"MECHSANDBOX_PREFETCH_PAIRS": ",".join(pairs), "MECHSANDBOX_PREFETCH_DEPTH": str(DEPTH),
+                "MECHSANDBOX_PREFETCH_TOTAL": str(DEPTH * len(pairs))}  # fmt: skip
     else:
         env["MECHSANDBOX_PREFETCH_DEPTH"] = "0"
     return env
@@ -63,7 +65,7 @@ def episodes_per_second(url: str, resets: list[dict], concurrency: int) -> tuple
     started = time.perf_counter()
     records = run_plan(plan, url, lambda i: ScriptedAgent(), concurrency=concurrency, progress=False)
     wall = time.perf_counter() - started
-    failed = sum(1 for r in records if r.error or not r.steps or r.steps[-1].reward < 0.9)
+    failed = sum(1 for r in records if r.error or r.score < 0.9)
     return len(records) / wall, failed
 
 
@@ -78,69 +80,86 @@ def wait_warm(url: str, pairs: list[str], limit_s: float = 3600) -> float:
     raise RuntimeError(f"the pools were not full after {limit_s:.0f} s")
 
 
-def timed_reset(rpc: SyncRpc, task_id: str, level: str) -> float:
-    """One seedless start_episode over POST /mcp in a session of its own (opened and closed outside the timing)."""
-    session = rpc("openenv/session/create", {})["session_id"]
-    try:
-        started = time.perf_counter()
-        result = rpc("tools/call", {"name": "start_episode", "arguments": {"task_id": task_id, "level": level},
-                                    "session_id": session})  # fmt: skip
-        spent = (time.perf_counter() - started) * 1000
-        assert not result.get("isError"), result
-        return spent
-    finally:
-        rpc("openenv/session/close", {"session_id": session})
+class Players:
+    """``concurrency`` threads that play scripted episodes (seedless resets) until stopped; a failed episode is
+    counted and the thread goes on, so the load stays at ``concurrency`` sessions."""
 
+    def __init__(self, url: str, pairs: list[str], concurrency: int):
+        self.url, self.plan, self.concurrency = url, seedless(pairs, 1000), concurrency
+        self.stop = threading.Event()
+        self.lock = threading.Lock()
+        self.played = self.failed = 0
+        self.threads = [threading.Thread(target=self._play, args=(k,), daemon=True) for k in range(concurrency)]
 
-warm: list[int] = []  # warm sandbox workers just before each timed reset
-ready: list[int] = []  # ready instances of the reset's pair just before it
-
-
-def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int) -> tuple[dict[str, list[float]], int]:
-    """Time seedless resets per pair while ``concurrency`` sessions play scripted episodes (seedless too)."""
-    stop = threading.Event()
-    played = [0]
-    plan = seedless(pairs, 1000)
-
-    def player(k: int) -> None:
+    def _play(self, k: int) -> None:
         i = k
-        while not stop.is_set():
-            with MechSandboxEnv(base_url=url, message_timeout_s=300).sync() as env:
-                play_episode(ScriptedAgent(), env, plan[i % len(plan)])
-            played[0] += 1
-            i += concurrency
+        while not self.stop.is_set():
+            try:
+                with MechSandboxEnv(base_url=self.url, message_timeout_s=300).sync() as env:
+                    record = play_episode(ScriptedAgent(), env, self.plan[i % len(self.plan)])
+                ok = not record.error
+            except Exception:  # a bench: count it and keep the load on
+                ok = False
+            with self.lock:
+                self.played += 1
+                self.failed += not ok
+            i += self.concurrency
 
-    threads = [threading.Thread(target=player, args=(k,), daemon=True) for k in range(concurrency)]
-    for t in threads:
-        t.start()
-    time.sleep(5)  # the players are mid-episode
+    def __enter__(self) -> Players:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=300)
+
+
+def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int) -> dict:
+    """Time seedless resets per pair while ``concurrency`` sessions play scripted episodes (seedless too). Before
+    each timed reset (its session already open) the server's warm workers and the pair's ready instances are read
+    from /health (whether the pool served that very reset cannot be told apart from the players' resets: a pair
+    with instances ready just before is served unless a player took the last one in between)."""
+    out: dict = {"ms": {pair: [] for pair in pairs}, "warm": [], "ready": []}
     rpc = SyncRpc(url, 300.0)
-    out: dict[str, list[float]] = {pair: [] for pair in pairs}
-    with httpx.Client(base_url=url, timeout=30) as http:
+    with Players(url, pairs, concurrency) as players, httpx.Client(base_url=url, timeout=30) as http:
+        time.sleep(5)  # the players are mid-episode
         for _ in range(resets):
             for pair in pairs:
-                health = http.get("/health").json()
-                warm.append(health["workers"]["warm"])
-                ready.append(health["prefetch"]["ready"].get(pair, 0))
-                out[pair].append(timed_reset(rpc, *pair.split("/")))
-    stop.set()
-    for t in threads:
-        t.join(timeout=300)
-    return out, played[0]
+                task_id, level = pair.split("/")
+                session = rpc("openenv/session/create", {})["session_id"]
+                try:
+                    health = http.get("/health").json()
+                    out["warm"].append(health["workers"]["warm"])
+                    out["ready"].append(health["prefetch"]["ready"].get(pair, 0))
+                    started = time.perf_counter()
+                    result = rpc("tools/call", {"name": "start_episode", "session_id": session,
+                                                "arguments": {"task_id": task_id, "level": level}})  # fmt: skip
+                    out["ms"][pair].append((time.perf_counter() - started) * 1000)
+                    assert not result.get("isError"), result
+                finally:
+                    rpc("openenv/session/close", {"session_id": session})
+        out["played"], out["failed"] = players.played, players.failed
+    return out
 
 
-def pct(ms: list[float], q: float) -> float:
+def spread(ms: list[float]) -> str:
+    """Median and max; a p95 only where there are 20 samples or more (below that it would be the max)."""
     ordered = sorted(ms)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+    p95 = f"{ordered[round(0.95 * (len(ordered) - 1))]:8.0f}" if len(ordered) >= 20 else f"{'-':>8}"
+    return f"{statistics.median(ordered):10.0f} {p95} {ordered[-1]:8.0f}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--pairs", default="all", help="all, or comma-separated task/level pairs")
     ap.add_argument("--episodes", type=int, default=2, help="scripted episodes per pair in phases 1 and 2")
-    ap.add_argument("--resets", type=int, default=4, help="timed seedless resets per pair in phase 3")
+    ap.add_argument("--resets", type=int, default=4, help="timed seedless resets per pair in phase 3 (>= 1)")
     ap.add_argument("--concurrency", type=int, default=8)
     args = ap.parse_args()
+    if args.resets < 1 or args.episodes < 1:
+        ap.error("--resets and --episodes must be at least 1")
     pairs = all_pairs() if args.pairs == "all" else [p.strip() for p in args.pairs.split(",") if p.strip()]
     plan = seedless(pairs, args.episodes)
     with LocalServer(env=server_env(pairs, prefetch=False)) as server:
@@ -149,24 +168,23 @@ def main() -> None:
         warm_s = wait_warm(server.url, pairs)
         after, failed_after = episodes_per_second(server.url, plan, args.concurrency)
         wait_warm(server.url, pairs)
-        latencies, played = loaded_resets(server.url, pairs, args.resets, args.concurrency)
-        with httpx.Client(base_url=server.url, timeout=30) as http:
-            served = http.get("/health").json()["prefetch"]["served"]
+        load = loaded_resets(server.url, pairs, args.resets, args.concurrency)
     print(f"{len(plan)} scripted episodes ({args.episodes} per pair, {len(pairs)} pairs), concurrency "
           f"{args.concurrency}, seedless train resets")  # fmt: skip
     print(f"  prefetch off (every reset generates): {before:6.2f} episodes/s ({failed_before} below 0.9)")
     print(f"  prefetch on, pools full first:        {after:6.2f} episodes/s ({failed_after} below 0.9); "
           f"the pools filled in {warm_s:.0f} s")  # fmt: skip
-    every = [ms for values in latencies.values() for ms in values]
-    print(f"\nseedless resets with {args.concurrency} sessions playing ({played} episodes meanwhile); "
-          f"{served} resets served from the pools in all")  # fmt: skip
+    timed = [ms for values in load["ms"].values() for ms in values]
+    warm, ready = load["warm"], load["ready"]
+    print(f"\n{len(timed)} seedless resets timed with {args.concurrency} sessions playing ({load['played']} episodes "
+          f"meanwhile, {load['failed']} failed)")  # fmt: skip
     print(f"just before a timed reset: warm sandbox workers median {statistics.median(warm):.0f} (0 in "
           f"{warm.count(0)} of {len(warm)}); its pair's ready instances median {statistics.median(ready):.0f} "
           f"(0 in {ready.count(0)})")  # fmt: skip
     print(f"{'pair':32} {'median ms':>10} {'p95 ms':>8} {'max ms':>8}")
-    for pair, ms in latencies.items():
-        print(f"{pair:32} {statistics.median(ms):10.0f} {pct(ms, 0.95):8.0f} {max(ms):8.0f}")
-    print(f"{'every pair':32} {statistics.median(every):10.0f} {pct(every, 0.95):8.0f} {max(every):8.0f}")
+    for pair, ms in load["ms"].items():
+        print(f"{pair:32} {spread(ms)}")
+    print(f"{'every pair':32} {spread(timed)}")
 
 
 if __name__ == "__main__":

@@ -228,6 +228,10 @@ class Ablator:
         blocks ``start``.. are run again, on the clean stream entering block ``start`` (a copy: a hook on
         ``hook_resid_pre`` may write into it in place)."""
         model = self.model
+        for name, _ in fwd_hooks:
+            parts = name.split(".") if isinstance(name, str) else []
+            if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit() or int(parts[1]) < start:
+                raise ValueError(f"run_from({start}): the hook {name} is not in block {start} or later")
         for name, fn in fwd_hooks:
             model.add_hook(name, fn)
         try:
@@ -258,7 +262,10 @@ def _qkv(attn: torch.nn.Module, resid: torch.Tensor) -> tuple[torch.Tensor, torc
                  for w, b in ((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K), (attn.W_V, attn.b_V)))  # fmt: skip
 
 
-FAST_GUARD = 1e-4  # acceptance bounds computed with a QueryAblator are tightened by this (its rounding: < 1e-5)
+# Acceptance bounds computed with a QueryAblator are tightened by this. Its logits differ from Ablator's by up to
+# about 4e-5 (logits of 20-30), the mean margins by up to about 2e-5 and committee's margin fractions by a few 1e-6
+# (tests/test_ablators.py holds margins to a quarter of the guard and fractions to a twentieth).
+FAST_GUARD = 1e-4
 
 
 class QueryAblator:
@@ -272,10 +279,9 @@ class QueryAblator:
     ``z_h @ W_O[h]`` from the clean output, a change of rank d_head per head, so layer L+1's queries, keys and
     values move by ``z_h @ (W_O[h] @ W_QKV)`` (a product d_model / d_head times smaller than recomputing them);
     later layers get a full pass, and the last layer computes only the wanted queries. The same arithmetic as
-    :class:`Ablator` (zeroing hook_z) in another order: equal up to float32 rounding (about 1e-5 of a logit
-    here), not bit-equal, so acceptance bounds computed with it need a guard band, and the contract is checked
-    with :class:`Ablator` (the tests do). Logits are computed on each call from the model's current
-    unembedding, so a generator may adjust ``b_U`` after building this.
+    :class:`Ablator` (zeroing hook_z) in another order: equal up to float32 rounding (a few 1e-5 of a logit
+    here), not bit-equal, so acceptance bounds computed with it need a guard band (``FAST_GUARD``), and the
+    contract is checked with :class:`Ablator` (the tests do).
     """
 
     def __init__(self, model: HookedTransformer, tokens: torch.Tensor, queries: slice = slice(None)):
