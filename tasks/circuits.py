@@ -321,6 +321,8 @@ class QueryAblator:
         model, last, qs = self.model, self.model.cfg.n_layers - 1, self.queries
         by_layer: dict[int, list[int]] = {}
         for lay, h in sorted(set(heads)):
+            if not (0 <= lay <= last and 0 <= h < model.cfg.n_heads):  # a negative index would count a head twice
+                raise ValueError(f"no head ({lay}, {h}) in a {last + 1}-layer model of {model.cfg.n_heads} heads")
             by_layer.setdefault(lay, []).append(h)
         with torch.no_grad():
             if not heads:

@@ -80,6 +80,14 @@ def test_query_ablator_refuses_models_with_mlps() -> None:
         QueryAblator(inst.model, inst.probe["tokens"])
 
 
+def test_query_ablator_refuses_heads_it_does_not_have() -> None:
+    inst = cached_instance("copy-head", 0, "easy")
+    fast = QueryAblator(inst.model, inst.probe["tokens"], slice(-1, None))
+    for heads in ([(0, -1), (0, 11)], [(-1, 0)], [(2, 0)], [(1, 12)]):
+        with pytest.raises(ValueError, match="no head"):
+            fast.logits(heads)
+
+
 @pytest.mark.parametrize("site", ["mlp_out", "attn_out", "resid_pre"])
 def test_run_from_is_bit_identical_to_a_hooked_forward(site: str) -> None:
     """What fact-storage's causal trace relies on to keep its version's bytes: restoring one layer's clean
