@@ -333,9 +333,8 @@ class QueryAblator:
             resid = self.resid_post[start] - torch.einsum("bpge,ged->bpd", z_gone, w_o[gone])
             if start == last:
                 return model.unembed(resid[:, qs])
-            lay = start + 1
             delta = torch.einsum("bpge,gexhf->xbphf", z_gone, torch.stack([self._composition(start, h) for h in gone]))
-            q, k, v = (clean - d for clean, d in zip(self.qkv[lay], delta, strict=True))
+            q, k, v = (clean - d for clean, d in zip(self.qkv[start + 1], delta, strict=True))
             for lay in range(start + 1, last + 1):
                 attn, rows = model.blocks[lay].attn, qs if lay == last else slice(None)
                 if lay > start + 1:
@@ -485,11 +484,12 @@ def single_head_ablations(
     model: HookedTransformer,
     tokens: torch.Tensor,
     metric: Callable[[torch.Tensor], float],
-    ablator: Ablator | None = None,
+    ablator: Ablator | QueryAblator | None = None,
 ) -> dict[tuple[int, int], float]:
-    """``metric(logits)`` with each head zero-ablated alone, for every head (an :class:`Ablator`:
-    blocks before the head's layer come from the clean run). On CPU a single pass over a batch
-    repeated per head measured slower than one pass per head, so there is no batching here."""
+    """``metric(logits)`` with each head zero-ablated alone, for every head (an :class:`Ablator` unless one is
+    given: blocks before the head's layer come from the clean run; a :class:`QueryAblator` hands ``metric`` its
+    query positions only). On CPU a single pass over a batch repeated per head measured slower than one pass per
+    head, so there is no batching here."""
     ab = ablator or Ablator(model, tokens)
     return {
         (lay, h): metric(ab.logits([(lay, h)])) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)

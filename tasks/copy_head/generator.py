@@ -33,6 +33,7 @@ from ..circuits import (
     hooked_instance,
     margin,
     permute_heads,
+    single_head_ablations,
 )
 from ..decoys import plant_flag_decoy, plant_offset_decoy
 from ..rng import Stream
@@ -132,8 +133,8 @@ def generate(seed: int, level: str) -> Instance:
         clean = margin(ablator.clean[:, -1], targets).mean().item()
         if clean < 2.0 + FAST_GUARD:  # (the decoys' noisy writes into the output lower hard's margins: skip ablating)
             continue
-        drops = {(lay, h): clean - margin(ablator.logits([(lay, h)])[:, -1], targets).mean().item()
-                 for lay in range(N_LAYERS) for h in range(N_HEADS)}  # fmt: skip
+        after = single_head_ablations(model, tokens, lambda lg, t=targets: margin(lg[:, -1], t).mean().item(), ablator)
+        drops = {head: clean - value for head, value in after.items()}
         top = drops[(copy_layer, copy_head)]
         rest = max(abs(v) for k, v in drops.items() if k != (copy_layer, copy_head))
         if top >= 0.6 * clean + FAST_GUARD and rest <= 0.2 * top - FAST_GUARD:

@@ -51,6 +51,7 @@ from ..circuits import (
     margin,
     pad_spectrum,
     permute_heads,
+    single_head_ablations,
     spectral_target,
 )
 from ..rng import Stream
@@ -144,13 +145,13 @@ def _accepted(model, tokens: torch.Tensor, min_margin: float, prev: tuple, ind: 
     ``FAST_GUARD``, so what passes here passes the exact ablations the tests read."""
     ablator = QueryAblator(model, tokens, slice(HALF, N_CTX - 1))
 
-    def mean_margin(heads: list) -> float:
-        return margin(ablator.logits(heads), tokens[:, HALF + 1 :]).mean().item()
+    def mean_margin(logits: torch.Tensor) -> float:
+        return margin(logits, tokens[:, HALF + 1 :]).mean().item()
 
-    clean = mean_margin([])
+    clean = mean_margin(ablator.clean)
     if clean < min_margin + FAST_GUARD:  # rejected whatever the ablations say (they draw nothing): skip them
         return False
-    drops = {(lay, h): clean - mean_margin([(lay, h)]) for lay in range(N_LAYERS) for h in range(model.cfg.n_heads)}
+    drops = {head: clean - m for head, m in single_head_ablations(model, tokens, mean_margin, ablator).items()}
     low = min(drops[prev], drops[ind])
     rest = max(abs(v) for k, v in drops.items() if k not in (prev, ind))
     return low >= 0.5 * clean + FAST_GUARD and rest <= 0.25 * low - FAST_GUARD
