@@ -312,6 +312,7 @@ class SandboxSettings(_EnvSettings):
     """The sandbox pool's settings: workers, limits and isolation layers (docs/SANDBOX.md)."""
 
     pool_size: int = setting(4, "warm, model-less sandbox workers kept ready", minimum=0)
+    spawn_parallel: int = setting(4, "workers the warm pool starts at once while it refills", minimum=1)
     wall_seconds: float = setting(10.0, "wall-clock limit per snippet; the worker's process group is killed past it",
                                   minimum=0.1)  # fmt: skip
     worker_memory_mb: int = setting(1024, "address space per worker above the zygote's measured baseline", minimum=64)

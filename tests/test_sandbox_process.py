@@ -154,6 +154,32 @@ def test_a_killed_zygote_is_restarted_and_sessions_recover(payload) -> None:
         assert is_gone(old_worker) and result.namespace_reset and result.stdout == "5\n"
 
 
+def test_parallel_refill_fills_the_pool_and_never_overshoots() -> None:
+    """Four refill threads for a pool of three: taken workers are replaced, and the warm workers plus the spawns
+    under way never exceed the pool size (sampled throughout), so the slots in use stay at taken + pool size."""
+    with SandboxPool(SandboxSettings(pool_size=3, spawn_parallel=4)) as pool:
+        seen: list[int] = []
+
+        def settle(want_workers: int) -> None:
+            deadline = time.time() + 60
+            while time.time() < deadline:
+                with pool.lock:
+                    seen.append(len(pool.warm) + pool.starting)
+                    done = len(pool.warm) == 3 and pool.starting == 0 and len(pool.workers) == want_workers
+                if done:
+                    return
+                time.sleep(0.005)
+            pytest.fail(f"the pool did not settle: {pool.status()}")
+
+        settle(3)
+        taken = [pool.take_worker() for _ in range(3)]
+        settle(6)
+        assert max(seen) <= 3 and len(pool.threads) == 5  # four refill threads and the watchdog
+        for worker in taken:
+            pool.release(worker)
+        assert len(pool.workers) == 3
+
+
 def test_closed_sessions_leave_no_worker(pool, payload) -> None:
     sessions = [pool.open_session(payload) for _ in range(3)]
     pids = [s.pid for s in sessions]

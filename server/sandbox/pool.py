@@ -370,6 +370,8 @@ class SandboxPool:
         self.free_slots = list(range(self.settings.max_workers))
         self.lock = threading.Lock()
         self.refill_wanted = threading.Event()
+        self.restart_lock = threading.Lock()
+        self.starting = 0  # spawns under way for the warm pool (counted with it against pool_size)
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
         self.memory_kills = 0
@@ -390,7 +392,8 @@ class SandboxPool:
             detail = "; ".join(f"{m}: {self.isolation.get(m, 'unknown')}" for m in missing)
             raise SandboxUnavailable(f"required isolation layers are not active ({detail})")
         self.warm.append(first)
-        for target, name in ((self._refill_loop, "sandbox-refill"), (self._watchdog_loop, "sandbox-watchdog")):
+        loops = [(self._refill_loop, f"sandbox-refill-{k}") for k in range(self.settings.spawn_parallel)]
+        for target, name in (*loops, (self._watchdog_loop, "sandbox-watchdog")):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self.threads.append(thread)
@@ -484,12 +487,22 @@ class SandboxPool:
             time.sleep(1.0)
 
     def _refill_loop(self) -> None:
+        """One of ``spawn_parallel`` refill threads. Why several: under load a spawn spends most of its time
+        waiting for CPU (the zygote's fork, the new worker's hardening and warm-up), so one thread that waits for
+        each spawn in turn fell behind 8 sessions playing short episodes (docs/PERFORMANCE.md, "RL load");
+        spawns in flight count against ``pool_size`` with the warm workers, so the pool never overshoots."""
         while not self.closed.is_set():
             self.refill_wanted.wait(timeout=1.0)
             self.refill_wanted.clear()
             if self.zygote is not None and not self.zygote.alive and not self.closed.is_set():
-                self._restart_zygote()
-            while not self.closed.is_set() and len(self.warm) < self.settings.pool_size:
+                with self.restart_lock:  # one refill thread restarts it; the others find it alive after
+                    if not self.zygote.alive and not self.closed.is_set():
+                        self._restart_zygote()
+            while not self.closed.is_set():
+                with self.lock:
+                    if len(self.warm) + self.starting >= self.settings.pool_size:
+                        break
+                    self.starting += 1
                 try:
                     worker = self._spawn()
                 except SandboxUnavailable as exc:
@@ -497,6 +510,9 @@ class SandboxPool:
                         log.warning("sandbox refill failed: %s", exc)
                     time.sleep(0.5)
                     break
+                finally:
+                    with self.lock:
+                        self.starting -= 1
                 with self.lock:
                     self.warm.append(worker)
 
