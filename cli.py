@@ -72,6 +72,18 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lb_config(args: argparse.Namespace) -> int:
+    from .loadbalancer import Replica, haproxy_config
+
+    try:
+        replicas = [Replica.parse(text) for text in args.replica]
+        print(haproxy_config(replicas, bind=args.bind, check_s=args.check_s), end="")
+    except ValueError as exc:
+        print(f"mechsandbox lb-config: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _eval(args: argparse.Namespace) -> int:
     from .evaluation.cli import run_eval
 
@@ -131,6 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", help="bind address (default MECHSANDBOX_HOST or 0.0.0.0)")
     p.add_argument("--port", type=int, help="port (default MECHSANDBOX_PORT, PORT or 8000)")
     p.set_defaults(fn=_serve)
+    p = sub.add_parser("lb-config", help="print the HAProxy configuration for replicas behind one address "
+                       "(docs/DEPLOY.md)")  # fmt: skip
+    p.add_argument("--replica", action="append", required=True, metavar="NAME=HOST:PORT",
+                   help="a replica (repeat): NAME is its MECHSANDBOX_REPLICA_ID")  # fmt: skip
+    p.add_argument("--bind", default=":8080", help="the balancer's address (default %(default)s)")
+    p.add_argument("--check-s", type=float, default=2.0, help="seconds between health checks (default %(default)s)")
+    p.set_defaults(fn=_lb_config)
     p = sub.add_parser("eval", help="run an agent over many episodes and write a report")
     p.add_argument("--agent", choices=["scripted", "random", "llm"], required=True)
     p.add_argument("--tasks", default="all", help="all, or comma-separated task ids / aliases")
@@ -138,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--split", choices=["train", "test"], default="test")
     p.add_argument("--seeds", help="train only: a seed range A-B")
     p.add_argument("--episodes", type=int, default=20, help="episodes per task and level (default 20)")
-    p.add_argument("--url", help="a running server (default: start a local one)")
+    p.add_argument("--url", nargs="+", help="a running server, a load balancer, or several servers (episodes are "
+                   "spread over them in turn; default: start a local one)")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--compare", nargs="*", default=[], help="other runs' output dirs, drawn as baselines "
                    "(refused unless they played the same instances)")

@@ -48,15 +48,15 @@ def run_eval(args: argparse.Namespace) -> int:
         baselines[str(other)] = data
     info = run_info(make(0), args.split)
     with contextlib.ExitStack() as stack:
-        url = args.url
-        if not url:
+        urls = list(args.url or [])
+        if not urls:
             out.mkdir(parents=True, exist_ok=True)
             env = {} if "MECHSANDBOX_DATA_DIR" in os.environ else {"MECHSANDBOX_DATA_DIR": str(out / "server-data")}
-            url = stack.enter_context(LocalServer(env=env, log_path=out / "server.log")).url
-        try:
-            scoring = server_scoring(url)
-        except (OSError, RuntimeError, ValueError) as exc:
-            print(f"mechsandbox eval: cannot read {url}/tasks: {exc}", file=sys.stderr)
+            urls = [stack.enter_context(LocalServer(env=env, log_path=out / "server.log")).url]
+        url = urls[0]
+        scoring, error = agreed_scoring(urls, args.split)
+        if error:
+            print(f"mechsandbox eval: {error}", file=sys.stderr)
             return 2
         versions = {t: v for t, v in scoring["family_versions"].items() if t in plan.tasks}
         info.update(salt=scoring["test_salt"], salt_fingerprint=scoring["salt_fingerprint"], family_versions=versions,
@@ -76,12 +76,32 @@ def run_eval(args: argparse.Namespace) -> int:
             if error:
                 print(f"mechsandbox eval: could not register a run: {error}", file=sys.stderr)
                 return 2
-        records = run_plan(plan, url, make, concurrency=args.concurrency)
+        records = run_plan(plan, urls, make, concurrency=args.concurrency)
     info["instance_ids"] = sorted(r.instance_id for r in records if r.instance_id)
     summary = write_all(out, records, info, {data["run"].get("agent", k): data for k, data in baselines.items()})
     o = summary["overall"]
     print(f"{o['episodes']} episodes, mean score {o['mean_score']:.3f} ± {o['ci95']:.3f}; report in {out}")
     return 0
+
+
+def agreed_scoring(urls: list[str], split: str) -> tuple[dict, str | None]:
+    """The scoring facts of the first server, and an error unless every server states the same ones.
+
+    Why: episodes spread over several servers are one run only if those servers play the same instances (for the
+    test split, one salt) with the same family versions; a run registered on the first is found by the others only
+    if they share its results database (docs/DEPLOY.md), which an episode on a server that does not would report."""
+    facts = []
+    for url in urls:
+        try:
+            facts.append(server_scoring(url))
+        except (OSError, RuntimeError, ValueError) as exc:
+            return {}, f"cannot read {url}/tasks: {exc}"
+    keys = ("family_versions", "benchmark_version") + (("test_salt", "salt_fingerprint") if split == "test" else ())
+    for url, other in zip(urls[1:], facts[1:], strict=True):
+        differ = [k for k in keys if other.get(k) != facts[0].get(k)]
+        if differ:
+            return {}, f"{url} and {urls[0]} differ in {', '.join(differ)}: they cannot share one run"
+    return facts[0], None
 
 
 def join_run(url: str, name: str, plan: Plan, info: dict) -> str | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,18 +74,22 @@ def git_commit() -> str:
 
 def run_plan(
     plan: Plan,
-    url: str,
+    url: str | Sequence[str],
     make_agent: Callable[[int], Agent],
     concurrency: int = 4,
     progress: bool = True,
     message_timeout_s: float = 300.0,
 ) -> list[EpisodeRecord]:
+    """Play every planned reset, ``concurrency`` at a time; with several URLs, episode ``i`` goes to
+    ``url[i % len(url)]`` (servers side by side; one load balancer is one URL)."""
     from tqdm import tqdm
+
+    urls = [url] if isinstance(url, str) else list(url)
 
     def one(i: int) -> EpisodeRecord:
         reset = plan.resets[i]
         try:
-            with MechSandboxEnv(base_url=url, message_timeout_s=message_timeout_s).sync() as env:
+            with MechSandboxEnv(base_url=urls[i % len(urls)], message_timeout_s=message_timeout_s).sync() as env:
                 return play_episode(make_agent(i), env, reset)
         except Exception as exc:
             record = EpisodeRecord(reset["task_id"], reset["level"], reset["split"])

@@ -19,6 +19,7 @@ import functools
 import json
 import logging
 import signal
+import threading
 import time
 from collections.abc import Iterable
 from typing import Annotated, Any
@@ -371,7 +372,7 @@ def main(host: str | None = None, port: int | None = None) -> None:
     # found; this one turns that into a clean exit status 0 (containers and supervisors expect it).
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _exit_cleanly)
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(service),
         host=host or settings.host,
         port=port or settings.port,
@@ -379,6 +380,36 @@ def main(host: str | None = None, port: int | None = None) -> None:
         ws_max_size=settings.max_body_bytes,
         timeout_graceful_shutdown=5,
     )
+    DrainingServer(config, service).run()
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, but a first SIGTERM drains before it stops when ``MECHSANDBOX_DRAIN_S`` > 0.
+
+    Why: behind a load balancer a replica that stops at once fails every live episode on it. Draining, it refuses
+    new episodes and answers ``/health`` with 503 ``draining`` (the balancer's check takes it out of rotation),
+    lets the live episodes finish for up to ``drain_s`` seconds, then stops as uvicorn does. A SIGINT, or a second
+    signal while draining, stops it at once. (Kubernetes: ``terminationGracePeriodSeconds`` > ``drain_s``.)"""
+
+    def __init__(self, config: uvicorn.Config, service: Service):
+        super().__init__(config)
+        self.service = service
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        drain_s = self.service.settings.drain_s
+        if sig == signal.SIGTERM and drain_s > 0 and not self.service.draining.is_set() and not self.should_exit:
+            self.service.drain()
+            threading.Thread(target=self._stop_when_drained, args=(drain_s,), name="drain", daemon=True).start()
+            return
+        super().handle_exit(sig, frame)
+
+    def _stop_when_drained(self, drain_s: float) -> None:
+        if self.service.wait_drained(drain_s):
+            log.info("drained: no live episode left; stopping")
+        else:
+            log.warning("drain time (%.0f s) over with %d live episode(s); stopping", drain_s,
+                        self.service.live_episodes())  # fmt: skip
+        self.should_exit = True
 
 
 def _exit_cleanly(signum: int, frame: Any) -> None:

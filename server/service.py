@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import BENCHMARK_VERSION
 from ..results import RunInfo
+from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
@@ -54,6 +55,12 @@ class ServiceUnavailable(EpisodeError):
     status = 503
 
 
+class MisdirectedEpisode(EpisodeError):
+    """An episode id tagged for another replica: the load balancer did not route it by its tag (deploy/)."""
+
+    status = 421
+
+
 class Service:
     def __init__(self, settings: ServerSettings | None = None, sandbox: SandboxSettings | None = None):
         self.settings = settings or ServerSettings.from_env()
@@ -66,6 +73,7 @@ class Service:
         self.prewarm_pairs = self._pairs("prewarm_test")
         self.http: dict[str, Episode] = {}
         self.lock = threading.Lock()
+        self.draining = threading.Event()
         self.ws_count: Callable[[], int] = lambda: 0
         self.ws_ids: Callable[[], list[str]] = list  # OpenEnv's live session ids (wired by app.py)
         self.owners: dict[str, Client] = {}
@@ -186,6 +194,9 @@ class Service:
 
     def _open_episode(self, ref: InstanceRef, params: dict[str, Any], transport: str, client: Client) -> Episode:
         run = self.runs.check_reset(ref, params.get("run_token"))
+        if self.draining.is_set():
+            raise ServiceUnavailable("this replica is draining before it stops; start the episode again (a load "
+                                     "balancer sends it to another replica)")  # fmt: skip
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
         if transport != "http":
@@ -217,7 +228,7 @@ class Service:
         except SandboxUnavailable as exc:
             raise ServiceUnavailable(str(exc)) from None
         episode = Episode(
-            episode_id=secrets.token_urlsafe(16),
+            episode_id=self.new_episode_id(),
             ref=ref,
             family=get_family(ref.task_id),
             instance=cached.instance,
@@ -268,14 +279,25 @@ class Service:
             del self.owners[key]
         return sum(1 for owner in self.owners.values() if owner == client)
 
+    def new_episode_id(self) -> str:
+        """Random, and behind a load balancer ``<replica_id>.<random>``: the tag lets it route a ``/step`` back to
+        the one replica that holds the episode (a hash of an opaque id could not; docs/DEPLOY.md)."""
+        token = secrets.token_urlsafe(16)
+        return f"{self.settings.replica_id}.{token}" if self.settings.replica_id else token
+
     def http_episode(self, episode_id: Any) -> Episode:
         if not isinstance(episode_id, str) or not episode_id:
             raise EpisodeError("HTTP episodes need the episode_id returned by /reset (or use the WebSocket at /ws)")
         with self.lock:
             episode = self.http.get(episode_id)
-        if episode is None:
-            raise UnknownEpisode("unknown or expired episode_id; call /reset to start an episode")
-        return episode
+        if episode is not None:
+            return episode
+        tag, dot, _ = episode_id.partition(".")
+        if dot and tag != self.settings.replica_id and REPLICA_ID.fullmatch(tag):
+            here = f"replica {self.settings.replica_id!r}" if self.settings.replica_id else "an untagged server"
+            raise MisdirectedEpisode(f"episode_id belongs to replica {tag!r} but reached {here}: that replica is "
+                                     "down or the load balancer does not route by the id's tag")  # fmt: skip
+        raise UnknownEpisode("unknown or expired episode_id; call /reset to start an episode")
 
     def close_http(self, episode_id: str) -> None:
         with self.lock:
@@ -328,10 +350,34 @@ class Service:
 
     # --- public descriptions ---------------------------------------------------------------------
 
+    def drain(self) -> None:
+        """Refuse new episodes from now on (``/health`` answers 503 ``draining``, so a load balancer's check takes
+        this replica out) while the live ones go on; ``main`` stops the server once ``drained`` or after
+        ``drain_s``."""
+        if not self.draining.is_set():
+            self.draining.set()
+            log.info("draining: new episodes refused; %d live episode(s) may finish", self.live_episodes())
+
+    def live_episodes(self) -> int:
+        """Episodes that hold a sandbox worker (an episode frees its worker when it ends)."""
+        return self.pool.status()["in_use"]
+
+    def wait_drained(self, limit_s: float, poll_s: float = 0.2) -> bool:
+        """True once no episode is live, False when ``limit_s`` ran out first."""
+        deadline = time.monotonic() + limit_s
+        while self.live_episodes() > 0:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(poll_s)
+        return True
+
     def health(self) -> dict[str, Any]:
         status = self.pool.status()
+        state = "draining" if self.draining.is_set() else "healthy" if status["healthy"] else "unhealthy"
         return {
-            "status": "healthy" if status["healthy"] else "unhealthy",
+            "status": state,
+            "replica": self.settings.replica_id or None,
+            "live_episodes": status["in_use"],
             "isolation": status["layers"],
             "isolation_active": status["active"],
             "landlock_abi": status["landlock_abi"],

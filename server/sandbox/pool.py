@@ -371,6 +371,7 @@ class SandboxPool:
         self.lock = threading.Lock()
         self.refill_wanted = threading.Event()
         self.restart_lock = threading.Lock()
+        self.taken: set[int] = set()  # pids of the workers handed to sessions and not yet released
         self.starting = 0  # spawns under way for the warm pool (counted with it against pool_size)
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
@@ -435,6 +436,7 @@ class SandboxPool:
             "landlock_abi": self.isolation.get("landlock_abi"),
             "pids_cgroup": self.isolation.get("pids_cgroup"),
             "warm_workers": len(self.warm),
+            "in_use": len(self.taken),
             "workers": len(self.workers),
             "memory_kills": self.memory_kills,
             "zygote_restarts": self.zygote_restarts,
@@ -465,11 +467,15 @@ class SandboxPool:
         with self.lock:
             worker = self.warm.popleft() if self.warm else None
         self.refill_wanted.set()
-        return worker if worker is not None else self._spawn()
+        worker = worker if worker is not None else self._spawn()
+        with self.lock:
+            self.taken.add(worker.pid)
+        return worker
 
     def release(self, worker: Worker, reason: str = "the session ended") -> None:
         worker.kill(reason)
         with self.lock:
+            self.taken.discard(worker.pid)
             if self.workers.pop(worker.pid, None) is not None:
                 self.free_slots.append(worker.slot)
 
