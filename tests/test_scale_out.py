@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from mechsandbox.agents import ScriptedAgent
 from mechsandbox.evaluation.cluster import LocalCluster
 from mechsandbox.evaluation.harness import Plan, run_plan
@@ -66,9 +68,24 @@ def reset_on(http: httpx.Client, replica: str, **body: object) -> str:
     pytest.fail(f"20 resets through the balancer never reached {replica}")
 
 
-def test_the_shipped_balancer_config_is_the_generators() -> None:
-    compose = [Replica(f"replica-{k}", f"replica-{k}:8000") for k in (1, 2)]
-    assert (REPO / "deploy" / "haproxy.cfg").read_text() == haproxy_config(compose)
+def test_the_shipped_deployments_match_the_generator() -> None:
+    """deploy/'s balancer configs are the generator's text for the replicas its compose file and Kubernetes
+    manifests start, and HAProxy itself accepts them (when installed)."""
+    deploy = REPO / "deploy"
+    services = yaml.safe_load((deploy / "compose.yaml").read_text())["services"]
+    names = sorted(s["environment"]["MECHSANDBOX_REPLICA_ID"] for s in services.values()
+                   if "MECHSANDBOX_REPLICA_ID" in s.get("environment", {}))  # fmt: skip
+    assert (deploy / "haproxy.cfg").read_text() == haproxy_config([Replica(n, f"{n}:8000") for n in names])
+    manifests = {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(
+        (deploy / "kubernetes" / "mechsandbox.yaml").read_text())}  # fmt: skip
+    pods = [f"mechsandbox-{k}" for k in range(manifests["StatefulSet/mechsandbox"]["spec"]["replicas"])]
+    kube = haproxy_config([Replica(p, f"{p}.mechsandbox:8000") for p in pods])
+    assert (deploy / "kubernetes" / "haproxy.cfg").read_text() == kube
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    if Path(haproxy).exists():
+        for cfg in (deploy / "haproxy.cfg", deploy / "kubernetes" / "haproxy.cfg"):
+            check = subprocess.run([haproxy, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=60)
+            assert check.returncode == 0, check.stderr
     text = haproxy_config([Replica("r1", "10.0.0.1:8000"), Replica("r2", "10.0.0.2:8000")])
     assert "use-server r1 if { var(txn.replica) -m str r1 }" in text and "resolvers" not in text
     for bad in ("r_1=host:1", "r1=host", "r1:8000", "r1.x=host:1"):
