@@ -38,7 +38,7 @@ from typing import Any, ClassVar, Self, TypeVar
 
 PREFIX = "MECHSANDBOX_"
 KNOWN_LAYERS = ("rlimits", "uid", "landlock", "seccomp", "namespaces", "pids")
-REPLICA_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,31}")  # no '.': it ends the tag in an episode id
+REPLICA_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,62}")  # no '.': it ends the tag in an episode id
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug", "trace")  # uvicorn's names
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -277,10 +277,13 @@ class ServerSettings(_EnvSettings):
     )
     prefetch_pairs: tuple[str, ...] = setting((), "`task/level` pairs filled at startup (e.g. `committee-circuit/hard`)"
                                               "; the others start at their first seedless reset")  # fmt: skip
-    replica_id: str = setting("", "this replica's name behind a load balancer (letters, digits, `-`, up to 32): "
-                              "HTTP episode ids start with `<name>.` so `/step` routes back (deploy/)")  # fmt: skip
-    drain_s: float = setting(0.0, "on SIGTERM, refuse new episodes (`/health` 503 `draining`) and let live sessions "
+    replica_id: str = setting("", "this replica's name behind a load balancer (letters, digits, `-`, up to 63): HTTP "
+                              "episode ids start with `<name>.` so `/step` routes back (docs/DEPLOY.md)")  # fmt: skip
+    drain_s: float = setting(0.0, "on SIGTERM (`mechsandbox serve`), leave rotation (`/health` 503, `/ready` 404), "
+                             "refuse new episodes after the notice and let live sessions "
                              "finish for up to this long before stopping; 0 = stop at once", minimum=0)  # fmt: skip
+    drain_notice_s: float = setting(6.0, "while draining, seconds new episodes are still accepted (a load balancer's "
+                                    "check needs that long to take the replica out)", minimum=0)  # fmt: skip
     prewarm_test: tuple[str, ...] = setting(
         (), "`task/level` pairs whose standard set of test instances is generated at startup, into the instance cache "
         "(progress in the log and /health)"
@@ -295,7 +298,7 @@ class ServerSettings(_EnvSettings):
                 if not task or level not in ("easy", "medium", "hard"):
                     raise ValueError(f"{env_name(name)}: {pair!r} is not task/level (e.g. copy-head/hard)")
         if self.replica_id and not REPLICA_ID.fullmatch(self.replica_id):
-            raise ValueError(f"{env_name('replica_id')}={self.replica_id!r}: use letters, digits and '-' (up to 32)")
+            raise ValueError(f"{env_name('replica_id')}={self.replica_id!r}: use letters, digits and '-' (up to 63)")
         if self.trusted_proxy:
             try:
                 ipaddress.ip_network(self.trusted_proxy, strict=False)

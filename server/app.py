@@ -229,13 +229,17 @@ def create_app(service: Service | None = None) -> FastAPI:
         tags=["Episodes"],
         summary="Act in an HTTP episode (needs episode_id)",
         response_model=None,
-        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 404, 409, 413, 422, 429)},
+        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 404, 409, 413, 421, 422, 429)},
         openapi_extra=request_body(StepRequest, required=True),
     )
     async def step(request: Request) -> dict[str, Any]:
         body = await json_body(request)
         if not isinstance(body, dict):
             raise EpisodeError('the step body must be a JSON object: {"action": {...}, "episode_id": "..."}')
+        routed = request.query_params.get("episode_id")  # a balancer routes by it without reading the body
+        if routed is not None and routed != body.get("episode_id"):
+            raise EpisodeError("?episode_id= and the body's episode_id differ; send the same id in both (or only "
+                               "in the body)")  # fmt: skip
         episode = service.http_episode(body.get("episode_id"))
         if not isinstance(body.get("action"), dict):
             return error(
@@ -255,7 +259,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         tags=["Episodes"],
         summary="State of an HTTP episode",
         response_model=None,
-        responses={200: {"model": MechSandboxState}, **error_responses(400, 401, 404)},
+        responses={200: {"model": MechSandboxState}, **error_responses(400, 401, 404, 421)},
     )
     async def state(
         episode_id: Annotated[str | None, Query(description="The episode_id returned by /reset")] = None,
@@ -271,6 +275,23 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def health() -> JSONResponse:
         report = service.health()
         return JSONResponse(report, status_code=200 if report["status"] == "healthy" else 503)
+
+    @app.get(
+        "/ready",
+        tags=["Health"],
+        summary="For a load balancer's check: 200 serving, 404 draining, 503 unhealthy",
+        responses={
+            404: {"description": "Draining: no new sessions, but its live episodes still come here"},
+            503: {"description": "The sandbox is not healthy"},
+        },
+    )
+    async def ready() -> JSONResponse:
+        """Why not /health: HAProxy's ``http-check disable-on-404`` takes a server that answers 404 out of load
+        balancing while still sending it the requests that belong to it (docs/DEPLOY.md); /health stays 503 while
+        draining, which is what Kubernetes' readiness probe and Docker's healthcheck expect."""
+        state = service.health()["status"]
+        code = {"healthy": 200, "draining": 404}.get(state, 503)
+        return JSONResponse({"status": state, "replica": service.settings.replica_id or None}, status_code=code)
 
     @app.get("/tasks", tags=["Tasks"], summary="Families, levels, answer schemas, budgets and versions")
     async def tasks() -> dict[str, Any]:

@@ -17,6 +17,7 @@ import logging
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -74,6 +75,9 @@ class Service:
         self.http: dict[str, Episode] = {}
         self.lock = threading.Lock()
         self.draining = threading.Event()
+        self.refuse_from = float("inf")  # monotonic time from which a draining replica refuses new episodes
+        self.opening = 0  # episodes being opened right now (past the draining check, not yet registered)
+        self.episodes: weakref.WeakValueDictionary[str, Episode] = weakref.WeakValueDictionary()
         self.ws_count: Callable[[], int] = lambda: 0
         self.ws_ids: Callable[[], list[str]] = list  # OpenEnv's live session ids (wired by app.py)
         self.owners: dict[str, Client] = {}
@@ -194,9 +198,19 @@ class Service:
 
     def _open_episode(self, ref: InstanceRef, params: dict[str, Any], transport: str, client: Client) -> Episode:
         run = self.runs.check_reset(ref, params.get("run_token"))
-        if self.draining.is_set():
-            raise ServiceUnavailable("this replica is draining before it stops; start the episode again (a load "
-                                     "balancer sends it to another replica)")  # fmt: skip
+        with self.lock:  # the check and the count together: a drain never misses an episode being opened
+            if time.monotonic() >= self.refuse_from:
+                raise ServiceUnavailable("this replica is draining before it stops; start the episode again (a "
+                                         "load balancer sends it to another replica)")  # fmt: skip
+            self.opening += 1
+        try:
+            return self._admitted_episode(ref, params, transport, client, run)
+        finally:
+            with self.lock:
+                self.opening -= 1
+
+    def _admitted_episode(self, ref: InstanceRef, params: dict[str, Any], transport: str, client: Client,
+                          run: RunInfo | None) -> Episode:  # fmt: skip
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
         if transport != "http":
@@ -237,6 +251,7 @@ class Service:
             budget=self.settings.train_max_steps if ref.split == "train" else 0,
             transport=transport,
         )
+        self.episodes[episode.episode_id] = episode
         if transport == "http":
             with self.lock:
                 if self._live_http() + self.ws_count() >= self.settings.session_cap:
@@ -350,17 +365,26 @@ class Service:
 
     # --- public descriptions ---------------------------------------------------------------------
 
-    def drain(self) -> None:
-        """Refuse new episodes from now on (``/health`` answers 503 ``draining``, so a load balancer's check takes
-        this replica out) while the live ones go on; ``main`` stops the server once ``drained`` or after
-        ``drain_s``."""
+    def drain(self, notice_s: float | None = None) -> None:
+        """Start draining: ``/health`` answers 503 ``draining`` and ``/ready`` 404 at once, so a load balancer's
+        check takes this replica out of rotation; new episodes are still accepted for ``notice_s`` (default
+        ``MECHSANDBOX_DRAIN_NOTICE_S``: the time the balancer needs to notice), then refused, while the live ones
+        go on. ``main`` stops the server once none is live or after ``drain_s``."""
+        notice_s = self.settings.drain_notice_s if notice_s is None else notice_s
         if not self.draining.is_set():
+            with self.lock:
+                self.refuse_from = time.monotonic() + notice_s
             self.draining.set()
-            log.info("draining: new episodes refused; %d live episode(s) may finish", self.live_episodes())
+            log.info("draining: new episodes refused in %.0f s; %d live episode(s) may finish", notice_s,
+                     self.live_episodes())  # fmt: skip
 
     def live_episodes(self) -> int:
-        """Episodes that hold a sandbox worker (an episode frees its worker when it ends)."""
-        return self.pool.status()["in_use"]
+        """Episodes not over (HTTP and WebSocket alike, whether or not they hold a sandbox worker right now) and
+        episodes being opened."""
+        with self.lock:
+            opening = self.opening
+            episodes = list(self.episodes.values())
+        return opening + sum(1 for e in episodes if not e.done and not e.sandbox.closed)
 
     def wait_drained(self, limit_s: float, poll_s: float = 0.2) -> bool:
         """True once no episode is live, False when ``limit_s`` ran out first."""
@@ -377,7 +401,7 @@ class Service:
         return {
             "status": state,
             "replica": self.settings.replica_id or None,
-            "live_episodes": status["in_use"],
+            "live_episodes": self.live_episodes(),
             "isolation": status["layers"],
             "isolation_active": status["active"],
             "landlock_abi": status["landlock_abi"],

@@ -138,6 +138,8 @@ ERRORS = {
     404: "Unknown or expired episode_id (or run_id)",
     409: "The episode is over",
     413: "The request body is larger than the server's limit",
+    421: "The episode_id belongs to another replica (a load balancer did not route it by its tag, or that replica is "
+    "gone)",
     422: "An invalid action, or JSON nested too deeply",
     429: "The session cap, the step rate limit or the run registration quota was reached",
     503: "The sandbox or the results database is not available right now (nothing was counted; retry)",

@@ -34,6 +34,7 @@ from postgres_harness import Postgres, postgres_or_skip
 SALT = "scale-out-salt-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[1]
 CODE = {"python_code": "print(6 * 7)"}
+NOTICE_S = 1.5  # MECHSANDBOX_DRAIN_NOTICE_S of the draining test
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_the_shipped_deployments_match_the_generator() -> None:
     manifests = {d["kind"] + "/" + d["metadata"]["name"]: d for d in yaml.safe_load_all(
         (deploy / "kubernetes" / "mechsandbox.yaml").read_text())}  # fmt: skip
     pods = [f"mechsandbox-{k}" for k in range(manifests["StatefulSet/mechsandbox"]["spec"]["replicas"])]
-    kube = haproxy_config([Replica(p, f"{p}.mechsandbox:8000") for p in pods])
+    kube = haproxy_config([Replica(p, f"{p}.mechsandbox.default.svc.cluster.local:8000") for p in pods])
     assert (deploy / "kubernetes" / "haproxy.cfg").read_text() == kube
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     if Path(haproxy).exists():
@@ -88,7 +89,8 @@ def test_the_shipped_deployments_match_the_generator() -> None:
             assert check.returncode == 0, check.stderr
     text = haproxy_config([Replica("r1", "10.0.0.1:8000"), Replica("r2", "10.0.0.2:8000")])
     assert "use-server r1 if { var(txn.replica) -m str r1 }" in text and "resolvers" not in text
-    for bad in ("r_1=host:1", "r1=host", "r1:8000", "r1.x=host:1"):
+    assert "force-persist" not in text and "http-check disable-on-404" in text  # see loadbalancer.py
+    for bad in ("r_1=host:1", "r1=host", "r1:8000", "r1.x=host:1", "r1=a\n server x 1.2.3.4:80:8000", "r1=h st:1"):
         with pytest.raises(ValueError):
             Replica.parse(bad)
     with pytest.raises(ValueError, match="repeat"):
@@ -96,7 +98,7 @@ def test_the_shipped_deployments_match_the_generator() -> None:
 
 
 def test_routing_eval_at_32_sessions_and_draining(postgres: Postgres, tmp_path) -> None:
-    cluster = cluster_or_skip(postgres, MECHSANDBOX_DRAIN_S="60")
+    cluster = cluster_or_skip(postgres, MECHSANDBOX_DRAIN_S="60", MECHSANDBOX_DRAIN_NOTICE_S=str(NOTICE_S))
     with cluster, httpx.Client(base_url=cluster.url, timeout=120) as http:
         r1, r2 = (httpx.Client(base_url=s.url, timeout=60) for s in cluster.servers)
         # HTTP episodes: ids carry their replica's tag, and /step and /state come back to it through the balancer
@@ -147,7 +149,21 @@ def test_routing_eval_at_32_sessions_and_draining(postgres: Postgres, tmp_path) 
         assert len(attempts) == 32 and {a.status for a in attempts} == {"graded"}
         assert sorted(a.instance_id for a in attempts) == sorted(e["instance_id"] for e in episodes)
 
-        # draining: r2 refuses new episodes, leaves rotation, finishes the live one, then stops by itself
+        # a /step larger than a balancer buffer... is not: 128 KiB holds it; a 20 KB snippet with the action first
+        big = reset_on(http, "r2", seed=4)
+        code = "x = 1\n" * 3500 + "print(6 * 7)"
+        body = json.dumps({"action": {"python_code": code}, "episode_id": big})
+        step = http.post("/step", content=body, headers={"content-type": "application/json"})
+        assert len(body) > 20_000 and step.status_code == 200, step.text
+        assert step.json()["observation"]["stdout_or_error"] == "42\n"
+        step = http.post("/step", params={"episode_id": big}, json={"episode_id": big, "action": CODE})
+        assert step.status_code == 200, step.text
+        other = http.post("/step", params={"episode_id": foreign}, json={"episode_id": big, "action": CODE})
+        assert other.status_code == 400 and "differ" in other.json()["detail"]
+        http.post("/step", json={"episode_id": big, "action": {"solution_target": []}})
+
+        # draining: r2 leaves rotation at once (/health 503, /ready 404), refuses new episodes after the notice,
+        # still gets its live episode's steps through the balancer, and stops by itself once that episode ends
         live = reset_on(http, "r2", seed=3)
         cluster.servers[1].process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 10
@@ -156,9 +172,10 @@ def test_routing_eval_at_32_sessions_and_draining(postgres: Postgres, tmp_path) 
         health = r2.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "draining"
         assert health.json()["live_episodes"] == 1
+        assert r2.get("/ready").status_code == 404 and r1.get("/ready").status_code == 200
+        time.sleep(max(4 * cluster.check_s, NOTICE_S))  # two failed checks; the notice is over
         refused = r2.post("/reset", json={"task_id": "dead-neurons"})
         assert refused.status_code == 503 and "draining" in refused.json()["detail"]
-        time.sleep(4 * cluster.check_s)  # two failed checks take it out
         for _ in range(6):
             http.cookies.clear()
             assert http.post("/reset", json={"task_id": "dead-neurons"}).json()["episode_id"].startswith("r1.")
@@ -184,10 +201,12 @@ def test_a_killed_replica_fails_only_its_own_sessions(postgres: Postgres) -> Non
         def kill_when_busy() -> None:
             with httpx.Client(base_url=killed.url, timeout=10) as http:
                 deadline = time.monotonic() + 120
-                while http.get("/health").json()["live_episodes"] < 2 and time.monotonic() < deadline:
+                while http.get("/health").json()["live_episodes"] < 3 and time.monotonic() < deadline:
                     time.sleep(0.02)
             killed.process.send_signal(signal.SIGKILL)
 
+        with httpx.Client(base_url=cluster.url, timeout=60) as http:
+            orphan = reset_on(http, "r2", seed=7)  # an HTTP episode on the replica that will die
         killer = threading.Thread(target=kill_when_busy)
         killer.start()
         records = run_plan(plan, cluster.url, lambda i: ScriptedAgent(), concurrency=16, progress=False)
@@ -211,9 +230,12 @@ def test_a_killed_replica_fails_only_its_own_sessions(postgres: Postgres) -> Non
             assert attempt.status == "graded" and attempt.score == record.score
         graded = {a.instance_id for a in attempts if a.status == "graded"}
         assert graded >= {r.instance_id for r in played} and len(graded) <= len(played) + len(failed)
-        # the health check took the dead replica out: new episodes all go to r1
+        # the health check took the dead replica out: its HTTP episode's /step gets a clear 421 from the survivor,
+        # and new episodes all go to r1
         time.sleep(4 * cluster.check_s)
         with httpx.Client(base_url=cluster.url, timeout=60) as http:
+            lost = http.post("/step", json={"episode_id": orphan, "action": CODE})
+            assert lost.status_code == 421 and "replica 'r2'" in lost.json()["detail"], lost.text
             for _ in range(6):
                 http.cookies.clear()
                 reset = http.post("/reset", json={"task_id": "dead-neurons"})

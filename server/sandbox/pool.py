@@ -371,7 +371,7 @@ class SandboxPool:
         self.lock = threading.Lock()
         self.refill_wanted = threading.Event()
         self.restart_lock = threading.Lock()
-        self.taken: set[int] = set()  # pids of the workers handed to sessions and not yet released
+        self.taken: set[int] = set()  # id() of the workers handed to sessions and not yet released (a pid is reused)
         self.starting = 0  # spawns under way for the warm pool (counted with it against pool_size)
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
@@ -409,8 +409,9 @@ class SandboxPool:
             self.warm.clear()
         for worker in workers:
             worker.kill("the sandbox was shut down")
-        if self.zygote:
-            self.zygote.stop()
+        with self.restart_lock:  # a refill thread restarting the zygote finishes first, then sees closed
+            if self.zygote:
+                self.zygote.stop()
         for thread in self.threads:
             thread.join(timeout=2)
         if self.pids_cgroup is not None:
@@ -459,31 +460,45 @@ class SandboxPool:
                 self.free_slots.append(slot)
             raise
         with self.lock:
-            self.workers[worker.pid] = worker
-        return worker
+            if not self.closed.is_set():
+                self.workers[worker.pid] = worker
+                return worker
+            self.free_slots.append(slot)
+        worker.kill("the sandbox was shut down")  # close() ran during this spawn and did not see it
+        raise SandboxUnavailable("the sandbox is not running")
 
     def take_worker(self) -> Worker:
         """A ready, hardened worker without a model (from the warm pool when one is there)."""
+        while True:
+            with self.lock:
+                worker = self.warm.popleft() if self.warm else None
+            self.refill_wanted.set()
+            if worker is None:
+                worker = self._spawn()
+                break
+            if worker.alive and not worker.exited():
+                break
+            self.release(worker, worker.dead_reason or "the worker died in the warm pool")  # e.g. with its zygote
         with self.lock:
-            worker = self.warm.popleft() if self.warm else None
-        self.refill_wanted.set()
-        worker = worker if worker is not None else self._spawn()
-        with self.lock:
-            self.taken.add(worker.pid)
+            self.taken.add(id(worker))
         return worker
 
     def release(self, worker: Worker, reason: str = "the session ended") -> None:
         worker.kill(reason)
         with self.lock:
-            self.taken.discard(worker.pid)
-            if self.workers.pop(worker.pid, None) is not None:
+            self.taken.discard(id(worker))
+            if self.workers.get(worker.pid) is worker:  # not a later worker that was given the same pid
+                del self.workers[worker.pid]
                 self.free_slots.append(worker.slot)
 
     def _restart_zygote(self) -> None:
         """A dead zygote takes its workers with it (parent-death signal); start a new one."""
         log.error("the sandbox zygote died (exit code %s); restarting it", self.zygote.process.poll())
         with self.lock:
+            orphans = list(self.warm)
             self.warm.clear()
+        for worker in orphans:  # they died with it (parent-death signal): free their slots and descriptors
+            self.release(worker, "the sandbox zygote died")
         self.zygote.stop()
         try:
             self.zygote = ZygoteProcess(self.settings, self.workdir, self.pids_cgroup)
