@@ -11,8 +11,10 @@ the id (optional extra ``[gym]``: gymnasium)::
     obs, reward, terminated, truncated, info = env.step(int(info["action_mask"].argmax()))
 
 **An episode.** ``reset`` draws a family (``options={"task": ...}`` or uniformly from ``tasks``) and a fresh
-instance of it from the seed, generated in process (no server). Each step picks one head (``Discrete(A)``, ``A``
-the largest ``n_layers * n_heads`` among the tasks at that level; heads the instance does not have are masked);
+instance of it from the seed, generated in process (no server). Each step picks one head (``Discrete(A)`` over one
+grid for every family: action ``layer * H + head``, ``H`` the most heads per layer and ``A`` the most layers times
+``H`` among the tasks at that level, so an index names the same layer in every family; heads the instance does not
+have are masked);
 the head joins the ablated set ``S`` (heads stay ablated: zeroed ``hook_z``, the family's own probe batch).
 
 **The reward** of picking ``h`` with ``S`` already ablated is ``effect - control``:
@@ -28,18 +30,26 @@ the head joins the ablated set ``S`` (heads stay ablated: zeroed ``hook_z``, the
   the ablated ones, times ``control_weight``. A head that breaks everything is not a circuit head.
 
 A repeated pick, or a head the instance does not have, costs ``repeat_penalty`` and runs no forward pass. The
-episode is truncated after ``budget`` picks (default: the size of the instance's true head set, so the policy is
-told the answer size as the benchmark's audit is) and terminates when every head was tried.
+episode is truncated after ``budget`` picks (default: the size of the instance's true head set, as the benchmark's
+audit is told the answer size; ``info["budget_left"]`` counts down) and terminates when every head was tried; a
+step after the end raises ``ResetNeeded``. The end is a truncation in Gymnasium's terms: a learner that bootstraps
+on truncation (as sb3's do) should know that nothing follows the last pick.
+
+**What a policy can learn.** Heads are permuted within each layer per instance, and the observation carries no
+per-head feature before a head is tried, so at the default budget a policy can learn only where circuits sit
+(which layers) and not to waste picks: its precision can exceed a random masked policy's only by that layer prior
+(docs/TASKS.md, "Head discovery").
 
 **Observation** (``Dict``; ``flatten=True`` gives one ``Box``): ``task`` (one-hot over ``tasks``), ``tried`` (0/1
 per action), ``scores`` (the reward each tried head paid, 0 otherwise), ``valid`` (0/1: the instance has that head).
 ``action_masks()`` (what sb3-contrib's MaskablePPO reads) and ``info["action_mask"]``: valid and untried.
-``info`` also has ``picks``, ``best`` (the largest reward so far), ``metric_lost`` (``1 - m(S) / m({})``) and, when the
+``info`` also has ``picks``, ``best`` (the largest reward so far), ``budget_left``, ``metric_lost``
+(``(m({}) - m(S)) / m({})``) and, when the
 episode ends, ``precision``, ``recall`` and ``jaccard`` of the picks against the true heads.
 
-**Cost.** A step is two partial forward passes (probe and control batch, from the earliest ablated layer: the
-clean residual stream is cached) plus one for ``d(h | {})``; bench/gym_env.py prints the time per step and per reset
-(a reset generates an instance: 0.06-1.6 s, docs/PERFORMANCE.md).
+**Cost.** A step runs at most two ablations of the probe batch and two of the control batch (each from the earliest
+ablated layer: the clean residual stream is cached; sets already measured are cached); bench/gym_env.py prints
+the time per step and per reset (a reset generates an instance: 0.1-1.5 s; docs/TASKS.md, "Head discovery").
 
 :func:`greedy_oracle` is the exact-oracle baseline: it picks, ``budget`` times, the head with the largest effect.
 """
@@ -100,6 +110,13 @@ class Probe:
         self.truth = {(int(lay), int(h)) for lay, h in self.instance.truth["heads"]}
         self._metric: dict[frozenset[Head], float] = {frozenset(): self.clean}
         self._control: dict[frozenset[Head], float] = {frozenset(): 0.0}
+
+    def forget_sets(self) -> None:
+        """Drop the cached ablations of head sets (kept: the clean run and each head alone), so an instance kept
+        for many episodes holds memory in proportion to its heads, not to every set ever tried."""
+        for cache in (self._metric, self._control):
+            for key in [k for k in cache if len(k) > 1]:
+                del cache[key]
 
     def metric_with(self, heads: Sequence[Head]) -> float:
         """The behaviour metric with ``heads`` ablated together (cached per set)."""
@@ -186,7 +203,10 @@ class HeadDiscoveryEnv(gymnasium.Env):
             raise ValueError("budget must be at least 1")
         self.level, self.budget_override = level, budget
         self.control_weight, self.repeat_penalty, self.flatten = control_weight, repeat_penalty, flatten
-        self.n_actions = max(get_family(t).answer_schema_fn(level)["x-universe"] for t in self.tasks)
+        schemas = [get_family(t).answer_schema_fn(level) for t in self.tasks]
+        # one grid for every family: action layer * max_heads + head, so an index means the same layer everywhere
+        self.max_heads = max(sc["x-n-heads"] for sc in schemas)
+        self.n_actions = max(sc["x-n-layers"] for sc in schemas) * self.max_heads
         n = self.n_actions
         self.dict_space = spaces.Dict({
             "task": spaces.Box(0.0, 1.0, (len(self.tasks),), np.float32),
@@ -202,22 +222,23 @@ class HeadDiscoveryEnv(gymnasium.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         super().reset(seed=seed)
+        # two raw draws whatever the options say, so a seed gives the same instance seed with or without a task
+        task_draw, seed_draw = (int(self.np_random.bit_generator.random_raw()) for _ in range(2))
         task = (options or {}).get("task")
         if task is None:
-            task = self.sample_tasks[int(self.np_random.integers(len(self.sample_tasks)))]
+            task = self.sample_tasks[task_draw % len(self.sample_tasks)]
         elif task not in self.tasks:
             raise ValueError(f"options['task'] must be one of {list(self.tasks)}")
         if self.seeds is None:
-            self.probe = Probe(generate(task, int(self.np_random.integers(2**31 - 1)), self.level))
+            self.probe = Probe(generate(task, seed_draw % (2**31 - 1), self.level))
         else:
-            key = (task, self.seeds[int(self.np_random.integers(len(self.seeds)))])
+            key = (task, self.seeds[seed_draw % len(self.seeds)])
             if key not in self._kept:
                 self._kept[key] = Probe(generate(task, key[1], self.level))
             self.probe = self._kept[key]
+            self.probe.forget_sets()  # the heads' own ablations stay cached, the last episode's sets go
         self.task = task
-        instance = self.probe.instance
-        n_heads = instance.model.cfg.n_heads
-        self.head_of = {lay * n_heads + h: (lay, h) for lay, h in self.probe.heads}
+        self.head_of = {lay * self.max_heads + h: (lay, h) for lay, h in self.probe.heads}
         self.budget = self.budget_override or len(self.probe.truth)
         self.tried = np.zeros(self.n_actions, np.float32)
         self.scores = np.zeros(self.n_actions, np.float32)
@@ -225,12 +246,13 @@ class HeadDiscoveryEnv(gymnasium.Env):
         self.valid[list(self.head_of)] = 1.0
         self.picks: list[Head] = []
         self.steps = 0
-        self.best = 0.0
+        self.rewards: list[float] = []
+        self.over = False
         return self._observation(), self._info(done=False)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
-        if self.probe is None:
-            raise gymnasium.error.ResetNeeded("call reset() before step()")
+        if self.probe is None or self.over:
+            raise gymnasium.error.ResetNeeded("call reset() before step() (the episode is over)")
         if not self.action_space.contains(action):
             raise AssertionError(f"{action!r} ({type(action).__name__}) is not in {self.action_space}")
         action = int(action)
@@ -244,9 +266,10 @@ class HeadDiscoveryEnv(gymnasium.Env):
             reward = effect - self.control_weight * control
             self.picks.append(head)
             self.tried[action], self.scores[action] = 1.0, reward
-            self.best = max(self.best, reward)
+        self.rewards.append(float(reward))
         terminated = len(self.picks) == len(self.head_of)
         truncated = not terminated and self.steps >= self.budget
+        self.over = terminated or truncated
         return self._observation(), float(reward), terminated, truncated, self._info(terminated or truncated)
 
     def action_masks(self) -> np.ndarray:
@@ -265,8 +288,10 @@ class HeadDiscoveryEnv(gymnasium.Env):
         assert self.probe is not None
         metric = self.probe.metric_with(self.picks)
         info: dict[str, Any] = {"task": self.task, "seed": self.probe.instance.seed, "action_mask": self.action_masks(),
-                                "picks": list(self.picks), "best": self.best,
-                                "metric_lost": 1.0 - metric / max(abs(self.probe.clean), 1e-6)}  # fmt: skip
+                                "picks": list(self.picks), "best": max(self.rewards, default=None),
+                                "budget_left": self.budget - self.steps,
+                                "metric_lost": (self.probe.clean - metric) / max(abs(self.probe.clean), 1e-6),
+                                }  # fmt: skip
         if done:
             info.update(pick_scores(self.picks, self.probe.truth), truth_size=len(self.probe.truth))
         return info

@@ -9,9 +9,10 @@ spaces cover all three families, the policy never saw the third). Prints the lea
 update) and, per evaluation family, the mean return and the precision / recall of the picks against the exact
 truth for the trained policy, the random policy and the oracle. A few minutes on 2 CPU cores.
 
-What a policy can learn here is limited on purpose: heads are permuted per instance, so no fixed index is the
-circuit; what transfers is where circuits tend to sit (which layers) and how to spend picks. The oracle, which
-ablates every candidate, is the ceiling.
+What a policy can learn here is limited on purpose: heads are permuted within each layer per instance and nothing
+about an untried head is observed, so no fixed index is the circuit; the most a policy can learn is where circuits
+tend to sit (which layers) and not to waste picks, a small edge over random that 20 evaluation episodes do not
+resolve (docs/TASKS.md, "Head discovery"). The oracle, which ablates every candidate, is the ceiling.
 """
 
 from __future__ import annotations
@@ -121,8 +122,7 @@ def evaluate(policy: str, agent: Agent | None, level: str, task: str, seeds: lis
         obs, info = env.reset(seed=seed)
         if policy == "oracle":
             picks = greedy_oracle(env.probe.instance, env.budget)
-            n_heads = env.probe.instance.model.cfg.n_heads
-            actions = [lay * n_heads + h for lay, h in picks]
+            actions = [lay * env.max_heads + h for lay, h in picks]
         total, done, k = 0.0, False, 0
         while not done:
             mask = info["action_mask"]

@@ -11,7 +11,6 @@ from pathlib import Path
 import gymnasium
 import numpy as np
 import pytest
-import torch
 from gymnasium.utils.env_checker import check_env
 from mechsandbox.gym import ENV_ID, HEAD_SET_FAMILIES, HeadDiscoveryEnv, Probe, greedy_oracle, pick_scores
 from mechsandbox.tasks import LEVELS, generate
@@ -65,18 +64,19 @@ def test_the_same_seed_gives_the_same_instance_observations_and_rewards() -> Non
 
 
 def test_masks_follow_every_step_and_a_repeat_costs_a_penalty_without_a_forward_pass() -> None:
-    env = HeadDiscoveryEnv(tasks=["committee-circuit"], budget=20)
-    obs, info = env.reset(seed=5)
+    env = HeadDiscoveryEnv(tasks=["copy-head", "committee-circuit"], budget=20)
+    obs, info = env.reset(seed=5, options={"task": "copy-head"})  # 24 heads on a grid of 4 x 12: half are not there
     probe = env.probe
-    assert probe is not None
+    assert probe is not None and obs["valid"].sum() == 24 and env.action_space.n == 48
     calls = {"n": 0}
-    logits = probe.task.logits
+    for ablator in (probe.task, probe.control):
+        run = ablator.logits
 
-    def counted(heads):
-        calls["n"] += 1
-        return logits(heads)
+        def counted(heads, run=run):
+            calls["n"] += 1
+            return run(heads)
 
-    probe.task.logits = counted
+        ablator.logits = counted
     valid = info["action_mask"].copy()
     assert np.array_equal(valid, env.action_masks()) and valid.sum() == obs["valid"].sum()
     first = int(np.flatnonzero(valid)[0])
@@ -84,13 +84,18 @@ def test_masks_follow_every_step_and_a_repeat_costs_a_penalty_without_a_forward_
         _, reward, _, _, info = env.step(int(action))
         assert not info["action_mask"][action] and np.array_equal(info["action_mask"], env.action_masks())
         assert info["action_mask"].sum() == valid.sum() - len(info["picks"])
+        assert info["budget_left"] == 20 - len(info["picks"])
+    probe._metric.clear()  # nothing cached: a forward pass would show
+    probe._control.clear()
     before = calls["n"]
     _, reward, _, _, info = env.step(first)
-    assert reward == -env.repeat_penalty and calls["n"] == before and len(info["picks"]) == 4
-    invalid = np.flatnonzero(obs["valid"] == 0)
-    if invalid.size:  # a head this instance does not have (another family's larger model sets the space)
-        _, reward, _, _, _ = env.step(int(invalid[0]))
-        assert reward == -env.repeat_penalty and calls["n"] == before
+    assert reward == -env.repeat_penalty and len(info["picks"]) == 4
+    missing = int(np.flatnonzero(obs["valid"] == 0)[0])  # a head this instance does not have
+    _, reward, _, _, info = env.step(missing)
+    assert reward == -env.repeat_penalty and len(info["picks"]) == 4
+    assert calls["n"] - before == 1  # only the info's metric of the ablated set, once, then cached
+    _, reward, _, _, _ = env.step(int(np.flatnonzero(info["action_mask"])[0]))  # a fresh head: forward passes
+    assert calls["n"] - before > 1
 
 
 def test_bad_actions_raise_gymnasiums_usual_errors() -> None:
@@ -146,22 +151,17 @@ def test_the_oracle_finds_the_circuit_and_a_random_policy_does_not(task_id: str,
     assert np.mean(random) <= 0.5, random
 
 
-def test_the_ppo_example_beats_random_on_held_out_seeds() -> None:
-    """examples/ppo_head_discovery.py at a reduced budget (8 updates of 128 steps, 16 training seeds; the script's
-    default is 40 updates on 64): on 10 held-out seeds of the two trained families, the trained policy's mean
-    return beats a random masked policy's by at least 0.05 (measured: 0.12 against 0.00) and its precision is no
-    lower. One torch thread, so the run is the same wherever it runs."""
+def test_the_ppo_example_runs() -> None:
+    """examples/ppo_head_discovery.py at a tiny budget: it trains, logs a curve and evaluates every policy. Not a
+    claim that PPO beats random: heads are permuted per instance and nothing about an untried head is observed,
+    so the learnable edge is a layer prior, which a suite-sized run cannot resolve (docs/TASKS.md)."""
     spec = importlib.util.spec_from_file_location("ppo_head_discovery", ROOT / "examples" / "ppo_head_discovery.py")
     ppo = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(ppo)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        agent, curve = ppo.train("easy", 8, train_seeds=16, log=False)
-        seeds = [10_000 + i for i in range(10)]
-        rows = {p: [ppo.evaluate(p, agent, "easy", task, seeds) for task in ppo.TRAIN] for p in ("ppo", "random")}
-    finally:
-        torch.set_num_threads(threads)
-    assert len(curve) == 8
-    mean = {p: (np.mean([r["return"] for r in rs]), np.mean([r["precision"] for r in rs])) for p, rs in rows.items()}
-    assert mean["ppo"][0] >= mean["random"][0] + 0.05 and mean["ppo"][1] >= mean["random"][1], mean
+    agent, curve = ppo.train("easy", 2, n_steps=8, train_seeds=2, log=False)
+    assert len(curve) == 2 and all(np.isfinite(curve))
+    for policy in ("ppo", "random", "oracle"):
+        row = ppo.evaluate(policy, agent, "easy", "copy-head", [10_000, 10_001])
+        assert 0.0 <= row["precision"] <= 1.0 and 0.0 <= row["recall"] <= 1.0
+        if policy == "oracle":
+            assert row["precision"] == 1.0
