@@ -36,7 +36,8 @@ def main() -> None:
                 oracle.append((scores["precision"], scores["recall"], scores["jaccard"]))
                 heads = [(a, b) for a in range(instance.model.cfg.n_layers) for b in range(instance.model.cfg.n_heads)]
                 picked = [heads[i] for i in rng.choice(len(heads), len(truth), replace=False)]
-                random.append((pick_scores(picked, truth)["precision"], pick_scores(picked, truth)["recall"]))
+                chance = pick_scores(picked, truth)
+                random.append((chance["precision"], chance["recall"]))
             env = HeadDiscoveryEnv(tasks=[task], level=level, budget=8)
             resets, steps = [], []
             for seed in range(5):

@@ -289,7 +289,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         """Why not /health: HAProxy's ``http-check disable-on-404`` takes a server that answers 404 out of load
         balancing while still sending it the requests that belong to it (docs/DEPLOY.md); /health stays 503 while
         draining, which is what Kubernetes' readiness probe and Docker's healthcheck expect."""
-        state = service.health()["status"]
+        state = service.state()
         code = {"healthy": 200, "draining": 404}.get(state, 503)
         return JSONResponse({"status": state, "replica": service.settings.replica_id or None}, status_code=code)
 
@@ -407,10 +407,11 @@ def main(host: str | None = None, port: int | None = None) -> None:
 class DrainingServer(uvicorn.Server):
     """uvicorn's server, but a first SIGTERM drains before it stops when ``MECHSANDBOX_DRAIN_S`` > 0.
 
-    Why: behind a load balancer a replica that stops at once fails every live episode on it. Draining, it refuses
-    new episodes and answers ``/health`` with 503 ``draining`` (the balancer's check takes it out of rotation),
-    lets the live episodes finish for up to ``drain_s`` seconds, then stops as uvicorn does. A SIGINT, or a second
-    signal while draining, stops it at once. (Kubernetes: ``terminationGracePeriodSeconds`` > ``drain_s``.)"""
+    Why: behind a load balancer a replica that stops at once fails every live episode on it. Draining
+    (``Service.drain``), it answers ``/health`` 503 and ``/ready`` 404 (the balancer's check takes it out of
+    rotation), refuses new episodes after ``drain_notice_s``, lets the live episodes finish for up to ``drain_s``
+    seconds, then stops as uvicorn does. A SIGINT, or a second signal while draining, stops it at once.
+    (Kubernetes: ``terminationGracePeriodSeconds`` > ``drain_s``.)"""
 
     def __init__(self, config: uvicorn.Config, service: Service):
         super().__init__(config)

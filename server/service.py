@@ -395,11 +395,15 @@ class Service:
             time.sleep(poll_s)
         return True
 
+    def state(self) -> str:
+        """``draining``, ``healthy`` or ``unhealthy``: what a load balancer's check reads (``/ready``), without the
+        rest of the health report."""
+        return "draining" if self.draining.is_set() else "healthy" if self.pool.healthy() else "unhealthy"
+
     def health(self) -> dict[str, Any]:
         status = self.pool.status()
-        state = "draining" if self.draining.is_set() else "healthy" if status["healthy"] else "unhealthy"
         return {
-            "status": state,
+            "status": self.state(),
             "replica": self.settings.replica_id or None,
             "live_episodes": self.live_episodes(),
             "isolation": status["layers"],

@@ -371,7 +371,6 @@ class SandboxPool:
         self.lock = threading.Lock()
         self.refill_wanted = threading.Event()
         self.restart_lock = threading.Lock()
-        self.taken: set[int] = set()  # id() of the workers handed to sessions and not yet released (a pid is reused)
         self.starting = 0  # spawns under way for the warm pool (counted with it against pool_size)
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
@@ -437,7 +436,6 @@ class SandboxPool:
             "landlock_abi": self.isolation.get("landlock_abi"),
             "pids_cgroup": self.isolation.get("pids_cgroup"),
             "warm_workers": len(self.warm),
-            "in_use": len(self.taken),
             "workers": len(self.workers),
             "memory_kills": self.memory_kills,
             "zygote_restarts": self.zygote_restarts,
@@ -479,14 +477,11 @@ class SandboxPool:
             if worker.alive and not worker.exited():
                 break
             self.release(worker, worker.dead_reason or "the worker died in the warm pool")  # e.g. with its zygote
-        with self.lock:
-            self.taken.add(id(worker))
         return worker
 
     def release(self, worker: Worker, reason: str = "the session ended") -> None:
         worker.kill(reason)
         with self.lock:
-            self.taken.discard(id(worker))
             if self.workers.get(worker.pid) is worker:  # not a later worker that was given the same pid
                 del self.workers[worker.pid]
                 self.free_slots.append(worker.slot)
