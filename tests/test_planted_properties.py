@@ -9,7 +9,7 @@ from mechsandbox.evaluation.shortcuts import composition_scores, same_token_comp
 from mechsandbox.tasks import LEVELS
 from mechsandbox.tasks.bilinear import fit_r2
 from mechsandbox.tasks.circuits import ablate_heads, single_head_ablations
-from mechsandbox.tasks.committee_circuit.generator import committee_effects
+from mechsandbox.tasks.committee_circuit.generator import GROUPS, build_committees, committee_effects
 from mechsandbox.tasks.fourier_frequencies.generator import freq_power
 from mechsandbox.tasks.induction_circuit.generator import HALF, MIN_MARGIN, READERS, WRITERS, induction_margin
 
@@ -227,6 +227,22 @@ def test_committee_properties(level: str) -> None:
         # the backup reads its primary's output: it takes over only when the primary is gone
         for (p, b), pair_drop, p_drop, b_drop in zip(pairs, eff["pair"], eff["primary"], eff["backup"], strict=True):
             assert pair_drop - p_drop - b_drop >= 0.1, (p, b)
+
+
+@pytest.mark.parametrize("level", ["easy", "hard"])
+def test_committee_shadows_work_on_their_own_marks(level: str) -> None:
+    """Version 4: the model holds GROUPS committees built by the same code and the probe marks one. Each shadow
+    is a working committee on a probe of its own marks (each pair carries >= 40% of the margin there, all of
+    them >= 80%) and inert on the real probe (test_committee_properties holds every shadow head, a non-member
+    there, to <= 5%): which committee is the answer is a matter of the data, not of the weights."""
+    for seed in range(2):
+        model, groups, real, _ = build_committees(seed, level)
+        assert len(groups) == GROUPS and sum(g is real for g in groups) == 1
+        assert len({tuple(g.marked) for g in groups}) == GROUPS
+        assert not set(real.probe[0].unique().tolist()) & {t for g in groups if g is not real for t in g.marked}
+        for g in groups:
+            eff = committee_effects(model, *g.probe, g.pairs)
+            assert eff["clean"] >= 1.5 and min(eff["pair"]) >= 0.4 and eff["whole"] >= 0.8, (seed, g.pairs, eff)
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -25,10 +25,6 @@ N_SEEDS = 40
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
 OPEN = {
-    ("committee-circuit", "composed"): "the full QK circuit through W_E (its singular-value profile per layer) "
-    "separates mark-attending members from non-members (0.31 over 40 seeds); with the token-aligned composition and "
-    "the QK cross terms 0.32 / 0.38 / 0.37, and a logistic regression on the composed readings 0.89 / 0.91 / 0.89; "
-    "the decoy non-members need the members' attention strengths",
     ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
     "itself (its effective rank names the offset; 0.59 at easy), and a softmax regression on all composed readings "
     "(W_pos QK W_pos^T, W_E QK W_E^T, the compositions) labels 0.91 / 0.93 / 0.96; closing it needs roles whose "

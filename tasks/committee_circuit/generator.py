@@ -1,4 +1,4 @@
-"""Generator for committee-circuit (version 3): primaries and their backups jointly copy the marked token.
+"""Generator for committee-circuit (version 4): primaries and their backups jointly copy the marked token.
 
 Four attention-only layers. Each committee pair is a primary head P and a backup head B in a later
 layer. Both attend to the marked token (content key) and copy it to the output. P also writes a
@@ -11,26 +11,28 @@ takeover ratios hit drawn targets; the final (rotated, noisy, quantised) model m
 property of docs/CONTRACT.md ("The families", 7, as docs/TASKS.md reads it) (checked here, resampled
 otherwise).
 
-Version 2 hides backups from single ablations: a *hidden* backup (medium: one of the two, hard: all)
-is almost fully parked on the sink while its primary works, so its solo effect (under 0.02 of the
-margin) lies among the non-members'; only ablating its primary first (or path patching) shows it.
-Non-members are built from the same parts as members, so neither weight statistics nor linear
-readings of composed weights separate them: every non-member copies as many tokens as are marked,
-with gains drawn from the members' own; most copy the marked tokens into the output but attend to
-keys that are never marked (inert by the data, with small real effects), and decoy triples mirror
-the P -> B composition (two first-position heads write an "aux" direction that parks a mark-attending
-output-copying head on the sink; two writers, so no single ablation releases it). Last, every head's
-QK is padded (in a subspace nothing writes) to its layer's common spectrum, and every head's OV to a
-common tail, so the sorted singular values of QK are identical within a layer and those of OV differ
-only by the drawn gains.
+Hidden backups (version 2; medium: one of the two, hard: all) are almost fully parked on the sink while
+their primary works, so a hidden backup's solo effect (under 0.02 of the margin) lies among the
+non-members'; only ablating its primary first (or path patching) shows it.
 
-Version 3 (issue 20: generation time) is version 2's construction, accepted by the same checks read with the
-fast :class:`~mechsandbox.tasks.circuits.QueryAblator` (every bound tightened by its guard band).
+Version 4 (issue 16: a learned reading of the composed weights named the members, 0.89) makes the members
+a matter of the data: the model holds ``GROUPS`` complete committees, each with its own mark feature carried
+by its own token set, drawn, calibrated (each on a probe of its own marks) and planted by the same code;
+one of them, drawn uniformly, is real: the probe marks only its tokens. The others (shadows) attend keys that
+never occur in the probe, so they are inert by the data, while no reading of the weights alone can tell
+which committee the probe uses (the default token's bias is tied to every group in the same way: each
+group's margin scale is set from it). Every other head is built from the members' parts: one attention key
+(the sink, a group's mark, or a flag of plain tokens), a copy of one group's marked tokens with a gain drawn
+from the members' gains (to scratch when its key is a mark), one extra QK and one extra OV term (live or in
+a pad subspace nothing writes); then every head's QK is padded to its layer's common spectrum and its OV to a
+common tail, so the sorted singular values of QK are identical within a layer and those of OV differ only by
+the drawn gains. Version 3's decoy triples are gone (the shadows mirror the whole composition). Acceptance
+reads the fast :class:`~mechsandbox.tasks.circuits.QueryAblator` (every bound tightened by its guard band).
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 
 import numpy as np
 import torch
@@ -56,19 +58,21 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "committee-circuit"
-VERSION = "3"
+VERSION = "4"
 ROLES = ("primary", "backup")
-N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 32
+N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 48
+GROUPS = 5  # committees planted, on one layer layout; one, drawn uniformly, is the one the probe uses
+MARKED = (5, 7)  # tokens per group's mark
+D_HEAD = 32  # the OV tail pads a head to full rank from PAD - 2 dims: d_head - 6 (5 marks, 1 extra) <= PAD - 2
 LEVELS = {"easy": (8, 2, 0.0), "medium": (8, 2, 0.002), "hard": (10, 3, 0.0025)}  # heads/layer, pairs, noise
 SHARES = {2: ((0.80, 0.92), (0.55, 0.66)), 3: ((0.85, 0.95), (0.62, 0.72), (0.52, 0.58))}
 N_FLAGS, BOS = 3, 0
 HIDDEN = {"easy": 0, "medium": 1, "hard": 3}  # backups parked on the sink (solo effect inside the non-members' range)
-KINDS = ("sink", "mark", "flag0", "flag1", "flag2")  # the keys a non-member attends to
-PAD = 28  # residual dims nothing writes: the QK/OV padding reads them
-DECOYS = 3  # decoy triples per pair: mark-attending output copiers parked like backups (3x the backups)
+KINDS = ("sink", "mark", "flag0", "flag1", "flag2")  # the keys a non-member attends to (mark: any group's)
+PAD = 28  # residual dims nothing writes: the QK pads and the OV tails read them (the tails write "padw")
 NOISE_DRAWS = 8  # rotation and noise draws per construction before it is redrawn
-SCALE = 5.0  # the clean margin, in logits
-H_GAIN = (2.5, 3.5)  # gain of the "handled" (and "aux") write: with w about 3, no pad value of QK is large
+SCALE = 5.0  # the typical clean margin, in logits (each seed's: the bias over the real group's share sum)
+H_GAIN = (2.5, 3.5)  # gain of the "handled" write: with w about 3, no pad value of QK is large
 
 
 def answer_schema(level: str) -> dict:
@@ -84,15 +88,16 @@ def _layout(pairs: int) -> Layout:
         ("scr", VOCAB),
         ("pos", N_CTX),
         ("const", 1),
-        ("mark", 1),
         ("sink", 1),
-        ("handled", pairs),
-        ("aux", DECOYS * pairs),
+        ("handled", GROUPS * pairs),
         ("pad", PAD),
+        ("padw", PAD - 2),
     ):
         lay.add(name, dim)
     for f in range(N_FLAGS):
         lay.add(f"flag{f}", 1)
+    for g in range(GROUPS):
+        lay.add(f"mark{g}", 1)
     return lay
 
 
@@ -107,15 +112,14 @@ def _probe(s: Stream, marked: list[int], plain: list[int]) -> tuple[torch.Tensor
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def _attentions(model: HookedTransformer, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
-    """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions
-    in ``key``, from one clean forward pass in float64. Why float64: the OV gains are calibrated from these
-    numbers and then quantised; float32 kernels round differently on different CPUs (AVX2 against AVX-512),
-    which moved some weights by one quantum, so the artifacts' bytes depended on the machine."""
-    names = {f"blocks.{lay}.attn.hook_pattern" for lay, _ in heads}
-    with torch.no_grad():
-        _, cache = copy.deepcopy(model).double().run_with_cache(tokens, names_filter=lambda n: n in names)
-    return [float((cache[f"blocks.{lay}.attn.hook_pattern"][:, h, -1] * key).sum(dim=1).mean()) for lay, h in heads]
+def _attentions(p: Planter, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
+    """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions in ``key``,
+    in the planted (noise-free, unrotated) model, in float64. Why float64: the OV gains are calibrated from these
+    numbers and then quantised; float32 kernels round differently on different CPUs (AVX2 against AVX-512), which
+    moved some weights by one quantum, so the artifacts' bytes depended on the machine."""
+    pats = p.patterns(tokens, heads)
+    k = key.double().numpy()
+    return [float((pats[h][:, -1] * k).sum(axis=1).mean()) for h in heads]
 
 
 def committee_effects(
@@ -153,85 +157,157 @@ class _Effects:
         return (self.clean - self._margin(heads)) / self.clean
 
 
-def _plant(cfg: HookedConfig, lay: Layout, pairs, marked, flags, gains, default, delta) -> Planter:
-    """The committee pairs, the embedding features and the default token's bias (no distractors)."""
+@dataclasses.dataclass
+class Committee:
+    """One committee as drawn: the real one, or a shadow built the same way (see the module doc)."""
+
+    pairs: list[tuple[tuple[int, int], tuple[int, int]]]
+    hidden: set[int]
+    marked: list[int] = dataclasses.field(default_factory=list)
+    gains: list[tuple[float, ...]] = dataclasses.field(default_factory=list)
+    draws: dict = dataclasses.field(default_factory=dict)
+    probe: tuple[torch.Tensor, torch.Tensor] | None = None
+
+
+def _draw_layers(s: Stream, n_pairs: int, n_heads: int) -> list[Committee]:
+    """One layer layout (primary below backup, per pair) shared by every group, redrawn until every layer holds
+    its groups' members; head indices are assigned in order here and made uniform by permute_heads after
+    acceptance. Why shared: with a layout per group, the answer's count per layer (which the audit tells its
+    most generous strategies) picked the real group's layers among the others' (0.26 at best with five groups,
+    against 0.19 with one layout: docs/TASKS.md)."""
+    while True:
+        layout = []
+        for _ in range(n_pairs):
+            pl = s.below(N_LAYERS - 1)
+            layout.append((pl, pl + 1 + s.below(N_LAYERS - 1 - pl)))
+        per_layer = [sum((pl == ly) + (bl == ly) for pl, bl in layout) for ly in range(N_LAYERS)]
+        if GROUPS * max(per_layer) <= n_heads:
+            break
+    used = [0] * N_LAYERS
+    groups = []
+    for _ in range(GROUPS):
+        pairs = []
+        for pl, bl in layout:
+            pairs.append(((pl, used[pl]), (bl, used[bl])))
+            used[pl] += 1
+            used[bl] += 1
+        groups.append(Committee(pairs=pairs, hidden=set()))
+    return groups
+
+
+def _draw_targets(s: Stream, g: Committee, n_pairs: int) -> None:
+    """A group's drawn targets: pair shares, backup shares (visible 0.14-0.2, hidden 0.001-0.004), the
+    primary-alone drops, the backups' takeover ratios and the attention and handled strengths."""
+    shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
+    backup = [s.fraction(0.001, 0.004) if k in g.hidden else s.fraction(0.14, 0.2) for k in range(n_pairs)]
+    # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
+    primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup[k] - 0.18) for k in range(n_pairs)]
+    g.draws = {
+        "shares": shares,
+        "backup": backup,
+        # a_off / a_on of each backup, so that ablating the primary alone costs `primary_drop`
+        "takeover": [(shares[k] - primary_drop[k]) / backup[k] for k in range(n_pairs)],
+        "s_p": [s.fraction(5.0, 6.0) for _ in range(n_pairs)],
+        "s_b": [s.fraction(4.5, 5.5) for _ in range(n_pairs)],
+        "h_p": [s.fraction(*H_GAIN) for _ in range(n_pairs)],
+    }
+
+
+def _plant(cfg: HookedConfig, lay: Layout, groups: list[Committee], flags, default: int, delta: float) -> Planter:
+    """Every group's committee pairs, the embedding features and the default token's bias (no non-members)."""
     p = Planter(cfg, lay)
     p.embed_basics(out_gain=1.0)
     p.flag_tokens("sink", [BOS])
-    p.flag_tokens("mark", marked)
+    for gi, g in enumerate(groups):
+        p.flag_tokens(f"mark{gi}", g.marked)
     for f, members in enumerate(flags):
         p.flag_tokens(f"flag{f}", members)
     p.b_U[default] = delta
-    for k, ((pl, ph), (bl, bh)) in enumerate(pairs):
-        g_p, g_b, s_p, s_b, w, h = gains[k]
-        attend_flag(p, pl, ph, lay.idx("mark"), s_p)
-        copy_tokens(p, pl, ph, marked, "out", g_p)
-        p.ov(pl, ph, [(lay.idx("mark"), lay.idx("handled", k), h)])
-        attend_flag(p, bl, bh, lay.idx("mark"), s_b)
-        p.qk(bl, bh, [(lay.idx("handled", k), lay.idx("sink"), w)])
-        copy_tokens(p, bl, bh, marked, "out", g_b)
+    for gi, g in enumerate(groups):
+        for k, ((pl, ph), (bl, bh)) in enumerate(g.pairs):
+            g_p, g_b, s_p, s_b, w, h = g.gains[k]
+            handled = lay.idx("handled", gi * len(g.pairs) + k)
+            attend_flag(p, pl, ph, lay.idx(f"mark{gi}"), s_p)
+            copy_tokens(p, pl, ph, g.marked, "out", g_p)
+            p.ov(pl, ph, [(lay.idx(f"mark{gi}"), handled, h)])
+            attend_flag(p, bl, bh, lay.idx(f"mark{gi}"), s_b)
+            p.qk(bl, bh, [(handled, lay.idx("sink"), w)])
+            copy_tokens(p, bl, bh, g.marked, "out", g_b)
     return p
 
 
-def _non_members(p: Planter, s: Stream, pairs, marked, gains, n_heads: int) -> None:
-    """Every other head, built from the members' parts (one attention key, a copy of len(marked) tokens
-    with a gain drawn from the members' gains, one extra QK and one extra OV term); see the module doc."""
+def _calibrate(
+    cfg: HookedConfig, lay: Layout, groups: list[Committee], flags, default: int, scale: list[float]
+) -> None:
+    """OV gains and sink weights of every group, each on its own probe, read in the planted (noise-free,
+    unrotated) model's attention (``Planter.patterns``): first the sink weight of each backup from its primary's
+    attention, then the OV gains from the measured attentions and the drawn shares (``scale[g]``: the margin the
+    group would give if it were the real one). A group's heads are inert on another group's probe (its mark is
+    absent there), so one planted model serves all groups."""
+    for g in groups:
+        d = g.draws
+        g.gains = [(1.0, 1.0, d["s_p"][k], d["s_b"][k], 0.0, d["h_p"][k]) for k in range(len(g.pairs))]
+    calib = _plant(cfg, lay, groups, flags, default, 0.0)
+    for g in groups:
+        d, (tokens, _) = g.draws, g.probe
+        key = torch.isin(tokens, torch.tensor(g.marked)).float()
+        for k, a_p in enumerate(_attentions(calib, tokens, [pp for pp, _ in g.pairs], key)):
+            # sink weight w so that the handled signal (about h * a_p) cuts B's attention by `takeover`
+            e_b = float(torch.exp(torch.tensor(d["s_b"][k])))
+            sink = (e_b + N_CTX - 1) * d["takeover"][k] - e_b - (N_CTX - 2)
+            w = float(torch.log(torch.tensor(sink))) / (a_p * d["h_p"][k])
+            g.gains[k] = (1.0, 1.0, d["s_p"][k], d["s_b"][k], w, d["h_p"][k])
+    calib = _plant(cfg, lay, groups, flags, default, 0.0)
+    for gi, g in enumerate(groups):
+        d, (tokens, _) = g.draws, g.probe
+        key = torch.isin(tokens, torch.tensor(g.marked)).float()
+        attn = _attentions(calib, tokens, [h for pair in g.pairs for h in pair], key)
+        for k in range(len(g.pairs)):
+            a_p, a_on = attn[2 * k], attn[2 * k + 1]
+            g_b = d["backup"][k] * scale[gi] / a_on
+            g_p = (d["shares"][k] - d["backup"][k]) * scale[gi] / a_p
+            g.gains[k] = (g_p, g_b, *g.gains[k][2:])
+
+
+def _non_members(p: Planter, s: Stream, groups: list[Committee], n_heads: int) -> None:
+    """Every head outside the groups, built from the members' parts: one attention key (the sink, a group's
+    mark or a flag of plain tokens), a copy of one group's marked tokens with a gain drawn from the members'
+    gains (into the output, or into scratch when the key is a mark), one extra QK and one extra OV term."""
     lay = p.lay
-    members = {h for pair in pairs for h in pair}
+    members = {h for g in groups for pair in g.pairs for h in pair}
     free = [(ly, h) for ly in range(N_LAYERS) for h in range(n_heads) if (ly, h) not in members]
-    g_pool = [g for k in range(len(pairs)) for g in gains[k][:2]]
-    decoy_w = [s.fraction(12.0, 15.0) / (0.85 * sum(H_GAIN) / 2) for _ in range(DECOYS * len(pairs))]
-    w_pool = [gains[k][4] for k in range(len(pairs))] + decoy_w
-    extra_qk: dict[tuple[int, int], float] = {}
-    extra_ov: dict[tuple[int, int], float] = {}
-    jobs: dict[tuple[int, int], tuple[str, str]] = {}  # head -> (key, destination of the copy)
-    # decoy triples: two first-position writers of aux[j] in earlier layers park a later head on the sink
-    for j in range(DECOYS * len(pairs)):
-        late = [hd for hd in free if hd[0] >= 2 and hd not in jobs]
-        dl, dh = late[s.below(len(late))]
-        early = [hd for hd in free if hd[0] < dl and hd not in jobs]
-        if len(early) < 2:  # the earlier layers are used up: fewer decoys
-            break
-        w1, w2 = (early[i] for i in s.sample(len(early), 2))
-        hs = []
-        for wl, wh in (w1, w2):
-            jobs[(wl, wh)] = ("sink", "out")
-            hs.append(s.fraction(*H_GAIN))
-            extra_ov[(wl, wh)] = hs[-1]
-            p.ov(wl, wh, [(lay.idx("sink"), lay.idx("aux", j), hs[-1])])
-        jobs[(dl, dh)] = ("mark", "out")
-        # one writer alone (attending the sink with >= 0.85) gives the sink a score of 12-15: still parked
-        w = s.fraction(12.0, 15.0) / (0.85 * min(hs))
-        extra_qk[(dl, dh)] = w
-        p.qk(dl, dh, [(lay.idx("aux", j), lay.idx("sink"), w)])
-    for hd in free:
-        if hd not in jobs:
-            key = s.pick(KINDS)
-            jobs[hd] = (key, "scr" if key == "mark" else "out")
-    for (ly, h), (key, dst) in jobs.items():
-        attend_flag(p, ly, h, lay.idx(key), s.fraction(4.5, 6.0))
-        g = g_pool[s.below(len(g_pool))] * s.fraction(0.85, 1.15)
-        if dst == "out":
-            copy_tokens(p, ly, h, marked, "out", g)
+    g_pool = [gain for g in groups for k in range(len(g.pairs)) for gain in g.gains[k][:2]]
+    w_pool = [g.gains[k][4] for g in groups for k in range(len(g.pairs))]
+    for ly, h in free:
+        key = s.pick(KINDS)
+        src = groups[s.below(GROUPS)].marked
+        gain = g_pool[s.below(len(g_pool))] * s.fraction(0.85, 1.15)
+        if key == "mark":
+            attend_flag(p, ly, h, lay.idx(f"mark{s.below(GROUPS)}"), s.fraction(4.5, 6.0))
+            copy_tokens(p, ly, h, src, "scr", gain, s.sample(lay.dim("scr"), len(src)))
         else:
-            copy_tokens(p, ly, h, marked, "scr", g, s.sample(lay.dim("scr"), len(marked)))
-    # the extra terms of the heads that have no live one (primaries' QK, backups' OV, most non-members')
+            attend_flag(p, ly, h, lay.idx(key), s.fraction(4.5, 6.0))
+            copy_tokens(p, ly, h, src, "out", gain)
+    # the extra terms of the heads that have no live one (primaries' QK, backups' OV, every non-member's)
     # sit in pad dims 0 and 1 (read, never written)
-    for pp, bb in pairs:
-        extra_ov[pp] = extra_qk[bb] = 0.0
+    live_qk = {bb for g in groups for _, bb in g.pairs}
+    live_ov = {pp for g in groups for pp, _ in g.pairs}
     for ly, h in sorted(set(free) | members):
-        if (ly, h) not in extra_qk:
+        if (ly, h) not in live_qk:
             w = w_pool[s.below(len(w_pool))] * s.fraction(0.9, 1.8)
             p.qk(ly, h, [(lay.idx("pad", 0), lay.idx("pad", 1), w)])
-        if (ly, h) not in extra_ov:
+        if (ly, h) not in live_ov:
             p.ov(ly, h, [(lay.idx("pad", 0), lay.idx("pad", 1), s.fraction(*H_GAIN))])
 
 
 def _pad_spectra(p: Planter, s: Stream) -> None:
     """QK: every head of a layer gets the layer's common spectrum (the union of its heads' planted score
     strengths, each head padding with the others' values). OV: every head's planted copy (same count of
-    tokens for all) is completed to full rank by the layer's common tail. Pads pair distinct dims of the
-    ``pad`` subspace, which nothing writes, so behaviour is unchanged (up to the dense noise)."""
+    tokens for all) is completed to full rank by the layer's common tail. QK pads pair distinct dims of the
+    ``pad`` subspace, which nothing writes, so behaviour is unchanged (up to the dense noise); the OV tails read
+    ``pad`` too and write ``padw``, which nothing reads. (Version 3 wrote the tails back into ``pad``: every
+    layer then multiplied the noise in ``pad`` by its tails and the next layers' QK pads read it as attention
+    noise, up to a logit, which made most noisy builds fail the checks.)"""
     lay, d_head = p.lay, p.cfg.d_head
     for layer in range(p.cfg.n_layers):
         planted_qk, used_ov = {}, {}
@@ -251,81 +327,67 @@ def _pad_spectra(p: Planter, s: Stream) -> None:
                                for r, c, v in zip(rows, cols, rest, strict=True)])  # fmt: skip
             n_tail = d_head - used_ov[head]
             rows, cols = s.sample(PAD - 2, n_tail), s.sample(PAD - 2, n_tail)
-            p.ov(layer, head, [(lay.idx("pad", 2 + r), lay.idx("pad", 2 + c), v)
+            p.ov(layer, head, [(lay.idx("pad", 2 + r), lay.idx("padw", c), v)
                                for r, c, v in zip(rows, cols, tail[:n_tail], strict=True)])  # fmt: skip
 
 
-def generate(seed: int, level: str) -> Instance:
+def build_committees(seed: int, level: str) -> tuple[HookedTransformer, list[Committee], Committee, Stream]:
+    """The accepted model with every planted committee (heads before the final permutation) and the real one;
+    :func:`generate` permutes the heads and keeps only the real committee as the truth."""
     s = Stream(seed, f"{TASK_ID}/{level}")
     n_heads, n_pairs, noise = LEVELS[level]
     lay = _layout(n_pairs)
     cfg = HookedConfig(
-        n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=VOCAB, d_vocab=VOCAB, n_ctx=N_CTX
+        n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 8, d_head=D_HEAD, d_vocab=VOCAB, n_ctx=N_CTX
     )
-    # Layers are drawn once (rejection never re-draws them, so their distribution is exactly the
-    # drawn one); head indices are made uniform by permute_heads after acceptance. Which backups are
-    # hidden is drawn here too.
-    pairs = []
-    used = [0] * N_LAYERS
-    for _ in range(n_pairs):
-        pl = s.below(N_LAYERS - 1)
-        bl = pl + 1 + s.below(N_LAYERS - 1 - pl)
-        pairs.append(((pl, used[pl]), (bl, used[bl])))
-        used[pl] += 1
-        used[bl] += 1
-    hidden = set(s.sample(n_pairs, HIDDEN[level]))
+    # Layers, which group is real and which backups are hidden are drawn once (rejection never re-draws them,
+    # so their distribution is exactly the drawn one, up to the layers' capacity check).
+    groups = _draw_layers(s, n_pairs, n_heads)
+    for g in groups:
+        g.hidden = set(s.sample(n_pairs, HIDDEN[level]))
+    real = groups[s.below(GROUPS)]
     while True:
         order = [t for t in s.permutation(VOCAB) if t != BOS]
-        marked = sorted(order[: s.between(6, 10)])
-        plain_toks = sorted(order[len(marked) :])
+        for g in groups:
+            size = s.between(*MARKED)
+            g.marked, order = sorted(order[:size]), order[size:]
+        plain_toks = sorted(order)
         default = plain_toks[s.below(len(plain_toks))]
-        flags = [[t for t in plain_toks if s.below(4) == 0] for _ in range(N_FLAGS)]
-        shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
-        # a backup's share of the clean margin is its solo effect: visible 0.14-0.2, hidden 0.001-0.004
-        backup_share = [s.fraction(0.001, 0.004) if k in hidden else s.fraction(0.14, 0.2) for k in range(n_pairs)]
-        # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
-        primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup_share[k] - 0.18) for k in range(n_pairs)]
-        # a_off / a_on of each backup, so that ablating the primary alone costs `primary_drop`
-        takeover = [(shares[k] - primary_drop[k]) / backup_share[k] for k in range(n_pairs)]
-        s_p = [s.fraction(5.0, 6.0) for _ in range(n_pairs)]
-        s_b = [s.fraction(4.5, 5.5) for _ in range(n_pairs)]
-        h_p = [s.fraction(*H_GAIN) for _ in range(n_pairs)]
-        tokens, targets = _probe(s, marked, plain_toks)
-        mark_key = torch.isin(tokens, torch.tensor(marked)).float()
-        delta = (sum(shares) - 1.0) * SCALE
-        # Calibrate on noise-free, unrotated builds: first the sink weight of each backup from its
-        # primary's attention, then the OV gains from the measured attentions and the drawn shares.
-        gains = [(1.0, 1.0, s_p[k], s_b[k], 0.0, h_p[k]) for k in range(n_pairs)]
-        calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
-        attn = _attentions(calib, tokens, [pp for pp, _ in pairs], mark_key)
-        for k, a_p in enumerate(attn):
-            # sink weight w so that the handled signal (about h * a_p) cuts B's attention by `takeover`
-            e_b = float(torch.exp(torch.tensor(s_b[k])))
-            sink = (e_b + N_CTX - 1) * takeover[k] - e_b - (N_CTX - 2)
-            w = float(torch.log(torch.tensor(sink))) / (a_p * h_p[k])
-            gains[k] = (1.0, 1.0, s_p[k], s_b[k], w, h_p[k])
-        calib = _plant(cfg, lay, pairs, marked, flags, gains, default, 0.0).build(s, 0.0, rotate=False)
-        attn = _attentions(calib, tokens, [h for pair in pairs for h in pair], mark_key)
-        for k in range(n_pairs):
-            a_p, a_on = attn[2 * k], attn[2 * k + 1]
-            g_b = backup_share[k] * SCALE / a_on
-            g_p = (shares[k] - backup_share[k]) * SCALE / a_p
-            gains[k] = (g_p, g_b, *gains[k][2:])
-        p = _plant(cfg, lay, pairs, marked, flags, gains, default, delta)
-        _non_members(p, s, pairs, marked, gains, n_heads)
+        # a flag holds a third of the plain tokens, so nearly every probe row holds each flag: a row without its
+        # flag spreads a flag-reading head's attention over every position, marked one included (a real effect)
+        flags = [sorted(plain_toks[i] for i in s.sample(len(plain_toks), len(plain_toks) // 3)) for _ in range(N_FLAGS)]
+        for g in groups:
+            _draw_targets(s, g, n_pairs)
+            g.probe = _probe(s, g.marked, plain_toks)
+        # the default's bias comes from one more draw of shares, and each group's margin scale from it: every
+        # group (the real one among them) relates to the bias in the same way
+        phantom = sum(s.fraction(*rng) for rng in SHARES[n_pairs])
+        delta = (phantom - 1.0) * SCALE
+        scale = [delta / (sum(g.draws["shares"]) - 1.0) for g in groups]
+        _calibrate(cfg, lay, groups, flags, default, scale)
+        p = _plant(cfg, lay, groups, flags, default, delta)
+        _non_members(p, s, groups, n_heads)
         _pad_spectra(p, s)
         # a rejection at medium and hard is mostly the dense noise's (through W_O it gives a non-member
         # effects of 4-7% of the margin where the noise-free build has < 1%), so the rotation and noise
         # are redrawn a few times before the whole construction is
+        tokens, targets = real.probe
         for _ in range(NOISE_DRAWS if noise else 1):
             model = p.build(s, noise)
-            if _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden):
+            if _satisfies_spec(model, tokens, targets, real.pairs, n_heads, real.hidden):
                 break
         else:
             continue  # every draw rejected: a new construction
         break
+    return model, groups, real, s
+
+
+def generate(seed: int, level: str) -> Instance:
+    n_heads = LEVELS[level][0]
+    model, _, real, s = build_committees(seed, level)
+    tokens, targets = real.probe
     new_of = permute_heads(model, s)
-    pairs = [((pl, new_of[pl][ph]), (bl, new_of[bl][bh])) for (pl, ph), (bl, bh) in pairs]
+    pairs = [((pl, new_of[pl][ph]), (bl, new_of[bl][bh])) for (pl, ph), (bl, bh) in real.pairs]
     roles = {pp: "primary" for pp, _ in pairs} | {bb: "backup" for _, bb in pairs}
     return hooked_instance(
         TASK_ID,
@@ -333,7 +395,7 @@ def generate(seed: int, level: str) -> Instance:
         seed,
         level,
         model,
-        probe={"tokens": tokens, "targets": targets, "marked": marked},
+        probe={"tokens": tokens, "targets": targets, "marked": real.marked},
         prompt=prompt.TEXT.format(n_layers=N_LAYERS, n_heads=n_heads, vocab=VOCAB, n_ctx=N_CTX, n_probe=N_PROBE),
         answer_schema=answer_schema(level),
         roles=roles,

@@ -14,8 +14,9 @@ the margin logit(target) - max other logit at the last position.
 The behaviour is carried by a committee of attention heads. Some members are *primaries*; each primary
 has a *backup* in a later layer that stays mostly idle while its primary works and takes over when the
 primary is knocked out, so ablating one head at a time understates what it does: a backup ablated alone
-may move the margin no more than heads outside the committee do. Other heads have other jobs. Find every
-committee member and label it "primary" or "backup".
+may move the margin no more than heads outside the committee do. Other heads have other jobs, some of them on
+tokens these sequences never hold. Find every member of the committee that carries this behaviour and label it
+"primary" or "backup".
 
 Answer: {{"heads": [[layer, head], ...], "roles": {{"L0H3": "primary", "L2H5": "backup", ...}}}} (a plain
 list of [layer, head] pairs is accepted too; then only the heads are scored). You get one graded
