@@ -129,30 +129,33 @@ class Planter:
         reads, closed under what the OV circuits write into them; in a planted model that is a few dims of the
         layout (marks, flags, "handled" directions), so the pass runs on those alone -- exact for the planted
         weights and about a hundred times cheaper than a whole float64 forward (committee-circuit calibrates
-        four committees per construction this way)."""
-        w_q, w_k = self.W_Q, self.W_K
-        ov = self.W_V @ self.W_O  # [layer, head, d, d]
-        dims = (np.abs(w_q).sum(axis=(0, 1, 3)) + np.abs(w_k).sum(axis=(0, 1, 3))) > 0
+        five committees per construction this way). Attention-only planted models: MLPs are refused."""
+        if any(self.mlp_used):
+            raise ValueError("Planter.patterns reads attention-only models; this one has MLP units")
+        if not heads:
+            return {}
+        dims = (np.abs(self.W_Q).sum(axis=(0, 1, 3)) + np.abs(self.W_K).sum(axis=(0, 1, 3))) > 0
         while True:  # add every dim an OV circuit reads into a dim already kept
-            grown = dims | (np.abs(ov[..., dims]).sum(axis=(0, 1, 3)) > 0)
+            grown = dims | (np.abs(self.W_V @ self.W_O[..., dims]).sum(axis=(0, 1, 3)) > 0)
             if (grown == dims).all():
                 break
             dims = grown
-        idx = np.flatnonzero(dims)
-        tok = np.asarray(tokens)
+        keep = np.flatnonzero(dims)
+        idx = torch.from_numpy(keep)
+        t = {name: torch.from_numpy(getattr(self, name)) for name in ("W_Q", "W_K", "b_Q", "b_K")}
+        ov_kept = torch.from_numpy(self.W_V[:, :, keep] @ self.W_O[..., keep])  # [layer, head, kept, kept]
+        tok = torch.as_tensor(tokens)
         n = tok.shape[1]
-        resid = self.W_E[tok][:, :, idx] + self.W_pos[:n, idx][None]
-        future = ~np.tril(np.ones((n, n), dtype=bool))
+        resid = torch.from_numpy(self.W_E[:, keep])[tok] + torch.from_numpy(self.W_pos[:n, keep])[None]  # float64
+        future = ~torch.tril(torch.ones(n, n, dtype=torch.bool))
         out: dict[tuple[int, int], np.ndarray] = {}
         for layer in range(max(lay for lay, _ in heads) + 1):
-            q = resid[:, None] @ w_q[layer][:, idx] + self.b_Q[layer][None, :, None]  # [batch, head, pos, d_head]
-            k = resid[:, None] @ w_k[layer][:, idx] + self.b_K[layer][None, :, None]
-            scores = q @ k.swapaxes(-1, -2) / np.sqrt(self.cfg.d_head)
-            scores[..., future] = -np.inf
-            pattern = np.exp(scores - scores.max(axis=-1, keepdims=True))
-            pattern /= pattern.sum(axis=-1, keepdims=True)
-            out.update({(layer, h): pattern[:, h] for lay, h in heads if lay == layer})
-            resid = resid + ((pattern @ resid[:, None]) @ ov[layer][:, idx][:, :, idx]).sum(axis=1)
+            q = torch.einsum("bpd,hde->bhpe", resid, t["W_Q"][layer][:, idx]) + t["b_Q"][layer][None, :, None]
+            k = torch.einsum("bpd,hde->bhpe", resid, t["W_K"][layer][:, idx]) + t["b_K"][layer][None, :, None]
+            scores = (q @ k.transpose(-1, -2) / np.sqrt(self.cfg.d_head)).masked_fill(future, float("-inf"))
+            pattern = torch.softmax(scores, dim=-1)
+            out.update({(layer, h): pattern[:, h].numpy() for lay, h in heads if lay == layer})
+            resid = resid + torch.einsum("bhqk,bkd,hdf->bqf", pattern, resid, ov_kept[layer])
         return out
 
     def build(self, s: Stream, noise: float, rotate: bool = True) -> HookedTransformer:

@@ -1,9 +1,8 @@
 """The recorded truths of the slow families' seed sweeps (``tests/sweep_truths.json``), and their recorder.
 
 Why: the seed-variation and constant-answer rules are stated over 100 seeds per family and level
-(docs/CONTRACT.md). For the five slow families below (fact-storage added with committee-circuit 4, to keep CI
-under 25 min), generating 100 seeds x 3 levels took most of the suite's time on the 2-core CI machine
-(docs/PERFORMANCE.md, "Test suite"), and checking the rules on fewer seeds is
+(docs/CONTRACT.md). For the four transformer families below, generating 100 seeds x 3 levels took most of the
+suite's time on the 2-core CI machine (docs/PERFORMANCE.md, "Test suite"), and checking the rules on fewer seeds is
 not the same check: the best constant answer is chosen in-sample, so a smaller sample biases it upwards. So the
 truths of seeds 0..99 are recorded here, the suite regenerates the first ``CHECKED`` seeds of each (family, level)
 and compares them with the record, bit for bit in canonical JSON, and computes the statistics over the recorded
@@ -28,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 RECORD = Path(__file__).with_name("sweep_truths.json")
-RECORDED_FAMILIES = ("induction-circuit", "committee-circuit", "copy-head", "modular-addition", "fact-storage")
+RECORDED_FAMILIES = ("induction-circuit", "committee-circuit", "copy-head", "modular-addition")
 SEEDS = 100  # the contract's count
 CHECKED = 40  # seeds regenerated in the default run (the shortcut audit's seeds: generated anyway)
 FULL_SWEEP_ENV = "MECHSANDBOX_FULL_SWEEP"  # "1": regenerate and compare all 100

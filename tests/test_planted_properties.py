@@ -229,20 +229,20 @@ def test_committee_properties(level: str) -> None:
             assert pair_drop - p_drop - b_drop >= 0.1, (p, b)
 
 
-@pytest.mark.parametrize("level", ["easy", "hard"])
+@pytest.mark.parametrize("level", LEVELS)
 def test_committee_shadows_work_on_their_own_marks(level: str) -> None:
     """Version 4: the model holds GROUPS committees built by the same code and the probe marks one. Each shadow
-    is a working committee on a probe of its own marks (each pair carries >= 40% of the margin there, all of
-    them >= 80%) and inert on the real probe (test_committee_properties holds every shadow head, a non-member
-    there, to <= 5%): which committee is the answer is a matter of the data, not of the weights."""
+    meets the contract's committee-level bounds on a probe of its own marks (clean margin >= 2, each pair >= 50%,
+    all members >= 90%, primaries alone 10-40%), while test_committee_properties holds each shadow head, a
+    non-member on the real probe, to <= 5%: which committee is the answer is a matter of the data. (The hidden
+    backups' range check is run for the real group only: docs/TASKS.md, item 7, says what that leaves.)"""
     for seed in range(2):
         model, groups, real, _ = build_committees(seed, level)
         assert len(groups) == GROUPS and sum(g is real for g in groups) == 1
-        assert len({tuple(g.marked) for g in groups}) == GROUPS
-        assert not set(real.probe[0].unique().tolist()) & {t for g in groups if g is not real for t in g.marked}
         for g in groups:
             eff = committee_effects(model, *g.probe, g.pairs)
-            assert eff["clean"] >= 1.5 and min(eff["pair"]) >= 0.4 and eff["whole"] >= 0.8, (seed, g.pairs, eff)
+            assert eff["clean"] >= 2.0 and min(eff["pair"]) >= 0.5 and eff["whole"] >= 0.9, (seed, g.pairs, eff)
+            assert all(0.1 <= d <= 0.4 for d in eff["primary"]), (seed, g.pairs, eff["primary"])
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -6,7 +6,7 @@ layer. Both attend to the marked token (content key) and copy it to the output. 
 (the first position), so B contributes little while P works and takes over when P is ablated: B
 reads P's output (composition across layers). A default token carries a logit bias, so the margin
 logit(marked) - max other is the committee's total minus that default: effects are graded, not
-saturated. OV gains are calibrated on a noise-free build so the pair shares, backup shares and
+saturated. OV gains are calibrated on the planted (noise-free) model so the pair shares, backup shares and
 takeover ratios hit drawn targets; the final (rotated, noisy, quantised) model must then satisfy every
 property of docs/CONTRACT.md ("The families", 7, as docs/TASKS.md reads it) (checked here, resampled
 otherwise).
@@ -26,8 +26,10 @@ group's margin scale is set from it). Every other head is built from the members
 from the members' gains (to scratch when its key is a mark), one extra QK and one extra OV term (live or in
 a pad subspace nothing writes); then every head's QK is padded to its layer's common spectrum and its OV to a
 common tail, so the sorted singular values of QK are identical within a layer and those of OV differ only by
-the drawn gains. Version 3's decoy triples are gone (the shadows mirror the whole composition). Acceptance
-reads the fast :class:`~mechsandbox.tasks.circuits.QueryAblator` (every bound tightened by its guard band).
+the drawn gains. Every group gets one output copier of its tokens that attends the sink loosely (its leak is
+what a hidden backup's solo effect lies among on that group's probe). Version 3's decoy triples are gone (the
+shadows mirror the whole composition). Acceptance reads the fast :class:`~mechsandbox.tasks.circuits.QueryAblator`
+(every bound tightened by its guard band), on the real group only (docs/TASKS.md, item 7: what that leaves).
 """
 
 from __future__ import annotations
@@ -112,14 +114,21 @@ def _probe(s: Stream, marked: list[int], plain: list[int]) -> tuple[torch.Tensor
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def _attentions(p: Planter, tokens: torch.Tensor, heads: list, key: torch.Tensor) -> list[float]:
-    """Mean attention of each (layer, head) in ``heads`` at the last position onto the key positions in ``key``,
-    in the planted (noise-free, unrotated) model, in float64. Why float64: the OV gains are calibrated from these
-    numbers and then quantised; float32 kernels round differently on different CPUs (AVX2 against AVX-512), which
-    moved some weights by one quantum, so the artifacts' bytes depended on the machine."""
-    pats = p.patterns(tokens, heads)
-    k = key.double().numpy()
-    return [float((pats[h][:, -1] * k).sum(axis=1).mean()) for h in heads]
+def _attentions(p: Planter, groups: list[Committee], heads_of) -> list[list[float]]:
+    """For each group, the mean attention of each head in ``heads_of(group)`` at the last position onto the
+    group's marked tokens, on the group's own probe, in the planted (noise-free, unrotated) model, in float64:
+    one :meth:`Planter.patterns` pass over every group's probe at once. Why float64: the OV gains are calibrated
+    from these numbers and then quantised; float32 kernels round differently on different CPUs (AVX2 against
+    AVX-512), which moved some weights by one quantum, so the artifacts' bytes depended on the machine."""
+    tokens = torch.cat([g.probe[0] for g in groups])
+    pats = p.patterns(tokens, sorted({h for g in groups for h in heads_of(g)}))
+    out, row = [], 0
+    for g in groups:
+        rows = slice(row, row + len(g.probe[0]))
+        key = torch.isin(g.probe[0], torch.tensor(g.marked)).double().numpy()
+        out.append([float((pats[h][rows, -1] * key).sum(axis=1).mean()) for h in heads_of(g)])
+        row = rows.stop
+    return out
 
 
 def committee_effects(
@@ -196,10 +205,10 @@ def _draw_layers(s: Stream, n_pairs: int, n_heads: int) -> list[Committee]:
 
 
 def _draw_targets(s: Stream, g: Committee, n_pairs: int) -> None:
-    """A group's drawn targets: pair shares, backup shares (visible 0.14-0.2, hidden 0.001-0.004), the
+    """A group's drawn targets: pair shares, backup shares (visible 0.14-0.2, hidden 0.0005-0.002), the
     primary-alone drops, the backups' takeover ratios and the attention and handled strengths."""
     shares = sorted((s.fraction(*rng) for rng in SHARES[n_pairs]), reverse=True)
-    backup = [s.fraction(0.001, 0.004) if k in g.hidden else s.fraction(0.14, 0.2) for k in range(n_pairs)]
+    backup = [s.fraction(0.0005, 0.002) if k in g.hidden else s.fraction(0.14, 0.2) for k in range(n_pairs)]
     # the backup's takeover (its extra contribution once the primary is gone) stays >= 0.18
     primary_drop = [min(s.fraction(0.18, 0.28), shares[k] - backup[k] - 0.18) for k in range(n_pairs)]
     g.draws = {
@@ -248,20 +257,18 @@ def _calibrate(
         d = g.draws
         g.gains = [(1.0, 1.0, d["s_p"][k], d["s_b"][k], 0.0, d["h_p"][k]) for k in range(len(g.pairs))]
     calib = _plant(cfg, lay, groups, flags, default, 0.0)
-    for g in groups:
-        d, (tokens, _) = g.draws, g.probe
-        key = torch.isin(tokens, torch.tensor(g.marked)).float()
-        for k, a_p in enumerate(_attentions(calib, tokens, [pp for pp, _ in g.pairs], key)):
+    for g, attn in zip(groups, _attentions(calib, groups, lambda g: [pp for pp, _ in g.pairs]), strict=True):
+        d = g.draws
+        for k, a_p in enumerate(attn):
             # sink weight w so that the handled signal (about h * a_p) cuts B's attention by `takeover`
             e_b = float(torch.exp(torch.tensor(d["s_b"][k])))
             sink = (e_b + N_CTX - 1) * d["takeover"][k] - e_b - (N_CTX - 2)
             w = float(torch.log(torch.tensor(sink))) / (a_p * d["h_p"][k])
             g.gains[k] = (1.0, 1.0, d["s_p"][k], d["s_b"][k], w, d["h_p"][k])
     calib = _plant(cfg, lay, groups, flags, default, 0.0)
-    for gi, g in enumerate(groups):
-        d, (tokens, _) = g.draws, g.probe
-        key = torch.isin(tokens, torch.tensor(g.marked)).float()
-        attn = _attentions(calib, tokens, [h for pair in g.pairs for h in pair], key)
+    members = _attentions(calib, groups, lambda g: [h for pair in g.pairs for h in pair])
+    for gi, (g, attn) in enumerate(zip(groups, members, strict=True)):
+        d = g.draws
         for k in range(len(g.pairs)):
             a_p, a_on = attn[2 * k], attn[2 * k + 1]
             g_b = d["backup"][k] * scale[gi] / a_on
@@ -278,15 +285,21 @@ def _non_members(p: Planter, s: Stream, groups: list[Committee], n_heads: int) -
     free = [(ly, h) for ly in range(N_LAYERS) for h in range(n_heads) if (ly, h) not in members]
     g_pool = [gain for g in groups for k in range(len(g.pairs)) for gain in g.gains[k][:2]]
     w_pool = [g.gains[k][4] for g in groups for k in range(len(g.pairs))]
-    for ly, h in free:
-        key = s.pick(KINDS)
-        src = groups[s.below(GROUPS)].marked
+    # every group gets one head that copies its tokens into the output while attending the sink a little more
+    # loosely (strength 3.5-4.5: about 1.5% of its attention reaches the marked token, about 1% of the margin),
+    # so a hidden backup's solo effect lies among the non-members' on its group's probe by design, for the real
+    # group and the shadows alike; the rest draw their group and key freely
+    order = [free[i] for i in s.permutation(len(free))]
+    for i, (ly, h) in enumerate(order):
+        key = "sink" if i < GROUPS else s.pick(KINDS)
+        strength = s.fraction(3.5, 4.5) if i < GROUPS else s.fraction(4.5, 6.0)
+        src = groups[i if i < GROUPS else s.below(GROUPS)].marked
         gain = g_pool[s.below(len(g_pool))] * s.fraction(0.85, 1.15)
         if key == "mark":
-            attend_flag(p, ly, h, lay.idx(f"mark{s.below(GROUPS)}"), s.fraction(4.5, 6.0))
+            attend_flag(p, ly, h, lay.idx(f"mark{s.below(GROUPS)}"), strength)
             copy_tokens(p, ly, h, src, "scr", gain, s.sample(lay.dim("scr"), len(src)))
         else:
-            attend_flag(p, ly, h, lay.idx(key), s.fraction(4.5, 6.0))
+            attend_flag(p, ly, h, lay.idx(key), strength)
             copy_tokens(p, ly, h, src, "out", gain)
     # the extra terms of the heads that have no live one (primaries' QK, backups' OV, every non-member's)
     # sit in pad dims 0 and 1 (read, never written)
