@@ -10,11 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from mechsandbox.evaluation.shortcuts import low_rank_svdvals
 from mechsandbox.tasks import Instance
 
 
-def _eff_rank(m: torch.Tensor) -> float:
-    s = torch.linalg.svdvals(m.double())
+def _eff_rank(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Effective rank of ``a @ b.T`` from its singular values, read off the two thin factors (a head's QK or OV is
+    d_model x d_model but of rank <= d_head: a full SVD of it was most of this baseline's time)."""
+    s = low_rank_svdvals(a, b)
     p = s / s.sum()
     return float(torch.exp(-(p * torch.log(p + 1e-30)).sum()))
 
@@ -38,8 +41,8 @@ def head_stats(inst: Instance) -> dict[tuple[int, int], dict[str, float]]:
                     "o": float(o.norm()),
                     "qk": float(qk.norm()),
                     "ov": float(ov.norm()),
-                    "qk_rank": _eff_rank(qk),
-                    "ov_rank": _eff_rank(ov),
+                    "qk_rank": _eff_rank(q, k),
+                    "ov_rank": _eff_rank(v, o.T),
                     "ov_sparsity": _sparsity(ov),
                     "bq": float(m.b_Q[lay, h].norm()),
                 }

@@ -41,16 +41,30 @@ def sweep_truths(task_id: str, level: str) -> list[dict[str, Any]]:
     """The truths of seeds 0..99 for the seed-variation rules: generated, or for a family whose truths are
     recorded (tests/sweep_truths.py says why), the first 40 generated and compared with the record, then the
     record's other 60. A mismatch fails here with the command that records them again."""
+    return _swept(task_id, level, None)
+
+
+def sweep_probe_facts(task_id: str, level: str) -> list[dict[str, Any]]:
+    """What the family's tests read off the probes of seeds 0..99 (``sweep_truths.PROBE_FACTS``), generated or
+    recorded as :func:`sweep_truths` is."""
+    from sweep_truths import PROBE_FACTS
+
+    return _swept(task_id, level, PROBE_FACTS[get_family(task_id).id])
+
+
+def _swept(task_id: str, level: str, facts: Any) -> list[dict[str, Any]]:
     from sweep_truths import SEEDS, canonical, checked_seeds, recorded
 
     n = checked_seeds(task_id)
-    made = [inst.truth for inst in cached_instances(task_id, range(n), level)]
+    made = [inst.truth if facts is None else json.loads(canonical(facts(inst)))
+            for inst in cached_instances(task_id, range(n), level)]  # fmt: skip
     if n == SEEDS:
         return made
-    record = recorded(task_id, level)
+    record = recorded(task_id, level, facts is not None)
+    what = "truth" if facts is None else "probe facts"
     for seed, (truth, kept) in enumerate(zip(made, record, strict=False)):
         assert canonical(truth) == canonical(kept), (
-            f"{task_id} {level} seed {seed}: the generator's truth differs from tests/sweep_truths.json; if the "
+            f"{task_id} {level} seed {seed}: the generator's {what} differ from tests/sweep_truths.json; if the "
             "change is meant, record them again: python tests/sweep_truths.py --record"
         )
     return made + record[n:]

@@ -10,9 +10,10 @@ from collections import Counter
 
 import pytest
 import torch
-from helpers import cached_instance, cached_instances
+from helpers import cached_instance, cached_instances, sweep_probe_facts, sweep_truths
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.fact_storage.generator import N_SUBJ, trace
+from sweep_truths import subject_span
 
 FAM = "fact-storage"
 N_SEEDS = 100
@@ -21,15 +22,15 @@ N_AUDIT = 40  # seeds of the shortcut audits (docs/TASKS.md, fact-storage)
 RULES = [(anchor, k) for anchor in ("first", "last") for k in range(4)]
 
 
-def subject_span(tokens: torch.Tensor) -> tuple[int, int]:
-    positions = (tokens[0] < N_SUBJ).nonzero()[:, 0]
-    return int(positions.min()), int(positions.max())
-
-
-def rule_position(rule: tuple[str, int], tokens: torch.Tensor, n_positions: int) -> int:
-    start, end = subject_span(tokens)
+def rule_position(rule: tuple[str, int], span: tuple[int, int] | list[int], n_positions: int) -> int:
+    start, end = span
     pos = start + rule[1] if rule[0] == "first" else end - rule[1]
     return min(max(pos, 0), n_positions - 1)
+
+
+def rule_at(rule: tuple[str, int], inst) -> int:
+    """The position ``rule`` reads off this instance's probe."""
+    return rule_position(rule, subject_span(inst.probe["tokens"]), inst.truth["n_positions"])
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -61,7 +62,7 @@ def test_trace_peaks_at_the_planted_cell_and_the_residual_plateaus(level: str) -
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_cells_vary_and_constant_answers_score_low(level: str) -> None:
-    truths = [inst.truth for inst in cached_instances(FAM, range(N_SEEDS), level)]
+    truths = sweep_truths(FAM, level)
     cells = Counter((t["layer"], t["position"]) for t in truths)
     assert cells.most_common(1)[0][1] <= 0.10 * N_SEEDS, cells.most_common(3)
     n_layers, n_pos = truths[0]["n_layers"], truths[0]["n_positions"]
@@ -74,15 +75,17 @@ def test_cells_vary_and_constant_answers_score_low(level: str) -> None:
 def test_the_storing_position_is_no_rule_of_the_subject_span(level: str) -> None:
     """The storing position is drawn among the subject's positions (not always the last token): no
     rule that reads it off the probe tokens (k-th subject token from the start or the end) is right
-    for more than half of the seeds, and the last subject token for at most 40%."""
-    insts = cached_instances(FAM, range(N_SEEDS), level)
+    for more than half of the seeds, and the last subject token for at most 40%. (Seeds 0..99: the
+    subject spans of the first 40 generated, the rest recorded with the truths, tests/sweep_truths.py.)"""
+    truths, spans = sweep_truths(FAM, level), [f["subject_span"] for f in sweep_probe_facts(FAM, level)]
+    assert len(truths) == len(spans) == N_SEEDS
     hits = Counter()
-    for inst in insts:
+    for truth, span in zip(truths, spans, strict=True):
         for rule in RULES:
-            hits[rule] += rule_position(rule, inst.probe["tokens"], inst.truth["n_positions"]) == inst.truth["position"]
+            hits[rule] += rule_position(rule, span, truth["n_positions"]) == truth["position"]
     assert max(hits.values()) <= 0.5 * N_SEEDS, hits
     assert hits[("last", 0)] <= 0.4 * N_SEEDS, hits
-    offsets = Counter(subject_span(i.probe["tokens"])[1] - i.truth["position"] for i in insts)
+    offsets = Counter(span[1] - truth["position"] for truth, span in zip(truths, spans, strict=True))
     assert len(offsets) >= 3, offsets
 
 
@@ -94,7 +97,7 @@ def test_prior_answers_score_at_most_03(level: str) -> None:
     n_layers = insts[0].truth["n_layers"]
     table = {
         (lay, rule): [
-            grade(FAM, [lay, rule_position(rule, i.probe["tokens"], i.truth["n_positions"])], i.truth).score
+            grade(FAM, [lay, rule_at(rule, i)], i.truth).score
             for i in insts
         ]
         for lay in range(n_layers)
@@ -193,7 +196,7 @@ def test_weight_statistics_and_compositions_do_not_give_the_layer_away(level: st
             hits = sum(lay == i.truth["layer"] for lay, i in zip(layers, insts, strict=True))
             assert hits / len(insts) <= constant + 0.15, (name, sign, hits)
             best = max(
-                sum(grade(FAM, [lay, rule_position(rule, i.probe["tokens"], i.truth["n_positions"])], i.truth).score
+                sum(grade(FAM, [lay, rule_at(rule, i)], i.truth).score
                     for lay, i in zip(layers, insts, strict=True))
                 for rule in RULES
             ) / len(insts)  # fmt: skip
