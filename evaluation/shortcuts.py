@@ -112,10 +112,12 @@ def matrix_stats(
 
 
 def low_rank_svdvals(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Singular values of a @ b.T from the QRs of a and b (cheap when both are thin)."""
+    """Singular values of a @ b^T (batched over leading dims) from the QRs of a and b, in float64: the r largest,
+    r = the factors' width, the others being zero (cheap when both are thin: a head's QK is d_model x d_model of
+    rank <= d_head)."""
     _, ra = torch.linalg.qr(a.double())
     _, rb = torch.linalg.qr(b.double())
-    return torch.linalg.svdvals(ra @ rb.T)
+    return torch.linalg.svdvals(ra @ rb.mT)
 
 
 def duplicate_rows(m: torch.Tensor, cos: float = 0.9999) -> int:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from baselines import head_stats
 from helpers import cached_instance, cached_instances
+from mechsandbox.evaluation.shortcuts import low_rank_svdvals
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.head_roles.generator import ROLES, detect_roles, role_scores
 
@@ -71,8 +72,8 @@ def _profiles(inst) -> dict[tuple[int, int], list[float]]:
     with torch.no_grad():
         for lay in range(m.cfg.n_layers):
             for h in range(m.cfg.n_heads):
-                qk = torch.linalg.svdvals((m.W_Q[lay, h] @ m.W_K[lay, h].T).double())[: m.cfg.d_head]
-                ov = torch.linalg.svdvals((m.W_V[lay, h] @ m.W_O[lay, h]).double())[: m.cfg.d_head]
+                qk = low_rank_svdvals(m.W_Q[lay, h], m.W_K[lay, h])[: m.cfg.d_head]
+                ov = low_rank_svdvals(m.W_V[lay, h], m.W_O[lay, h].T)[: m.cfg.d_head]
                 out[(lay, h)] = [*qk.tolist(), *ov.tolist()]
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import cached_instance
-from mechsandbox.evaluation.shortcuts import composition_scores, same_token_composition
+from mechsandbox.evaluation.shortcuts import composition_scores, low_rank_svdvals, same_token_composition
 from mechsandbox.tasks import LEVELS
 from mechsandbox.tasks.bilinear import fit_r2
 from mechsandbox.tasks.circuits import ablate_heads, single_head_ablations
@@ -164,8 +164,7 @@ def test_induction_circuit(level: str) -> None:
         # nothing about which head is the circuit's (exact up to the weight grid without noise)
         for lay in range(2):
             for circuit in ((model.W_Q, model.W_K), (model.W_V, model.W_O.transpose(-1, -2))):
-                a, b = (w[lay].detach().double() for w in circuit)
-                prof = torch.linalg.svdvals(a @ b.transpose(-1, -2))[:, : model.cfg.d_head]
+                prof = low_rank_svdvals(*(w[lay].detach() for w in circuit))[:, : model.cfg.d_head]
                 spread = float((prof.max(0).values - prof.min(0).values).max() / prof.max())
                 assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
     assert 0.85 <= sum(norm_ratios) / len(norm_ratios) <= 1.15, norm_ratios
@@ -253,8 +252,8 @@ def test_committee_spectra_match(level: str) -> None:
         model = cached_instance("committee-circuit", seed, level).model
         with torch.no_grad():
             for layer in range(model.cfg.n_layers):
-                qk = torch.linalg.svdvals((model.W_Q[layer] @ model.W_K[layer].transpose(-1, -2)).double())
+                qk = low_rank_svdvals(model.W_Q[layer], model.W_K[layer])  # the d_head nonzero ones
                 assert (qk - qk[0]).abs().max() <= 0.02 * qk.max() + 0.05, (seed, layer)
-                ov = torch.linalg.svdvals((model.W_V[layer] @ model.W_O[layer]).double())
+                ov = low_rank_svdvals(model.W_V[layer], model.W_O[layer].mT)
                 ranks = (ov > 0.1).sum(dim=1)
                 assert ranks.min() == ranks.max() == model.cfg.d_head, (seed, layer, ranks)
