@@ -203,6 +203,16 @@ def head_components(inst: Instance) -> Components:
     return _table(keys, groups, rows)
 
 
+def _later_pairs(n_layers: int, n_heads: int, pair: Callable[[int, slice], torch.Tensor]) -> torch.Tensor:
+    """[L, H, L, H] holding ``pair(a, later)`` ([H, L - a - 1, H]: source heads of layer a, destination heads of
+    the later layers) at [a, :, a + 1:, :] and zero where the source is not earlier. Why per source layer: only
+    those pairs compose, and computing every pair and masking did L^2 / (L (L - 1) / 2) times the work."""
+    out = torch.zeros(n_layers, n_heads, n_layers, n_heads, dtype=torch.float64)
+    for a in range(n_layers - 1):
+        out[a, :, a + 1 :] = pair(a, slice(a + 1, None))
+    return out
+
+
 def composition_scores(
     wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor
 ) -> dict[str, torch.Tensor]:
@@ -213,15 +223,16 @@ def composition_scores(
     n_layers, n_heads = wq.shape[:2]
     src = torch.linalg.qr(wv)[1] @ wo  # ||V O X|| = ||R_V O X||: [L, H, dh, d]
     src_norm = src.norm(dim=(-2, -1))
-    layer = torch.arange(n_layers)
-    earlier = (layer[:, None, None, None] < layer[None, None, :, None]).double()
     out = {}
     for kind, (c, dmat) in {"q": (wq, wk), "k": (wk, wq), "v": (wv, wo.transpose(-1, -2))}.items():
-        rd_t = torch.linalg.qr(dmat)[1].transpose(-1, -2)  # M_t = C D^T, ||X C D^T|| = ||X C R_D^T||
-        dst_norm = (c @ rd_t).norm(dim=(-2, -1))
-        core = torch.einsum("abed,cfdg->abcfeg", src, c @ rd_t)  # R_D applied once per destination head
-        den = (src_norm[:, :, None, None] * dst_norm[None, None]).clamp_min(1e-30)
-        out[kind] = core.norm(dim=(-2, -1)) / den * earlier.expand(n_layers, n_heads, n_layers, n_heads)
+        dst = c @ torch.linalg.qr(dmat)[1].transpose(-1, -2)  # M_t = C D^T, ||X C D^T|| = ||X C R_D^T||
+        dst_norm = dst.norm(dim=(-2, -1))
+
+        def pair(a: int, later: slice, dst: torch.Tensor = dst, dst_norm: torch.Tensor = dst_norm) -> torch.Tensor:
+            core = torch.einsum("bed,cfdg->bcfeg", src[a], dst[later]).norm(dim=(-2, -1))
+            return core / (src_norm[a][:, None, None] * dst_norm[later][None]).clamp_min(1e-30)
+
+        out[kind] = _later_pairs(n_layers, n_heads, pair)
     return out
 
 
@@ -237,19 +248,22 @@ def same_token_composition(
     trace keeps only the token-aligned part (issue 16's red team found the induction circuit this way)."""
     n_layers, n_heads = wq.shape[:2]
     gram = we.T @ we  # [d, d]
-    # key alignment: trace(W_E Q_t K_t^T O_s^T V_s^T W_E^T) = trace(M1 M2^T) = sum(M1 * M2), M1 = V_s^T G Q_t,
-    # M2 = O_s K_t (both [dh_s, dh_t])
-    m1 = torch.einsum("abdx,de,cfey->abcfxy", wv, gram, wq)  # [L, H, L, H, dh, dh]
-    m2 = torch.einsum("abxd,cfdy->abcfxy", wo, wk)
-    ktok = (m1 * m2).sum((-2, -1))
-    # query alignment: trace(W_E V_s O_s Q_t K_t^T W_E^T) = sum(N1 * N2^T), N1 = O_s Q_t, N2 = K_t^T G V_s
-    n1 = torch.einsum("abxd,cfdy->abcfxy", wo, wq)
-    n2 = torch.einsum("cfdy,de,abex->abcfyx", wk, gram, wv)
-    qtok = (n1 * n2.transpose(-1, -2)).sum((-2, -1))
-    layer = torch.arange(n_layers)
-    earlier = (layer[:, None, None, None] < layer[None, None, :, None]).double()
-    mask = earlier.expand(n_layers, n_heads, n_layers, n_heads)
-    ktok, qtok = ktok * mask, qtok * mask
+    gq = torch.einsum("de,cfey->cfdy", gram, wq)  # G Q_t
+    gv = torch.einsum("de,abex->abdx", gram, wv)  # G V_s
+
+    def keys(a: int, later: slice) -> torch.Tensor:
+        # trace(W_E Q_t K_t^T O_s^T V_s^T W_E^T) = trace(M1 M2^T) = sum(M1 * M2), M1 = V_s^T G Q_t, M2 = O_s K_t
+        m1 = torch.einsum("bdx,cfdy->bcfxy", wv[a], gq[later])  # [H, L', H, dh, dh]
+        m2 = torch.einsum("bxd,cfdy->bcfxy", wo[a], wk[later])
+        return (m1 * m2).sum((-2, -1))
+
+    def queries(a: int, later: slice) -> torch.Tensor:
+        # trace(W_E V_s O_s Q_t K_t^T W_E^T) = sum(N1 * N2^T), N1 = O_s Q_t, N2 = K_t^T G V_s
+        n1 = torch.einsum("bxd,cfdy->bcfxy", wo[a], wq[later])
+        n2 = torch.einsum("cfdy,bdx->bcfyx", wk[later], gv[a])
+        return (n1 * n2.transpose(-1, -2)).sum((-2, -1))
+
+    ktok, qtok = (_later_pairs(n_layers, n_heads, fn) for fn in (keys, queries))
     return {"ktok": ktok / ktok.abs().max().clamp_min(1e-30), "qtok": qtok / qtok.abs().max().clamp_min(1e-30)}
 
 
