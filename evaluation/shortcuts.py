@@ -120,19 +120,17 @@ def low_rank_svdvals(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(ra @ rb.mT)
 
 
-def duplicate_rows(m: torch.Tensor, cos: float = 0.9999) -> int:
-    """How many rows are (anti)parallel copies of another non-zero row."""
-    return _parallel_rows(m, cos)
 
 
 def duplicate_rows_factored(a: torch.Tensor, b: torch.Tensor, cos: float = 0.9999) -> int:
     """:func:`duplicate_rows` of M = A B^T without forming M: row i of M is a_i B^T, and
     <a_i B^T, a_j B^T> = a_i (B^T B) a_j^T = <a_i R^T, a_j R^T> with B = QR, so the rows of A R^T (d x r) have M's
     rows' lengths and cosines. Why: the audit runs this on both sides of every head's QK and OV."""
-    return _parallel_rows(a @ torch.linalg.qr(b)[1].T, cos)
+    return duplicate_rows(a @ torch.linalg.qr(b)[1].T, cos)
 
 
-def _parallel_rows(rows: torch.Tensor, cos: float) -> int:
+def duplicate_rows(rows: torch.Tensor, cos: float = 0.9999) -> int:
+    """How many rows are (anti)parallel copies of another non-zero row."""
     norms = rows.norm(dim=1)
     live = norms > 1e-6 * max(float(norms.max()) if norms.numel() else 0.0, 1e-30)
     if int(live.sum()) < 2:
@@ -1019,20 +1017,10 @@ def sweep_answer(kind: AnswerKind, effects: dict[Any, float]) -> Any:
     return [list(c) for c in largest_gap(effects)]
 
 
-def single_ablation_sweep(inst: Instance, metric: str = "kl") -> Any | None:
-    """What a systematic agent with no hypothesis answers: zero-ablate every component once, measure how far the
-    output moves by ``metric`` (:func:`single_ablation_effects`) and answer with the components above the largest
-    gap (a cell: the largest). None where the family's answer is not a set of heads or a cell, or the metric needs
-    targets the probe does not have."""
-    effects = single_ablation_effects(inst)
-    if effects is None or metric not in effects:
-        return None
-    return sweep_answer(AnswerKind(inst.truth["kind"]), effects[metric])
-
-
 def sweep_score(task_id: str, instances: list[Instance]) -> float | None:
-    """The better mean score of :func:`single_ablation_sweep` over its metrics, with the family's grader (None where
-    it does not apply)."""
+    """The better mean score, over its metrics, of what a systematic agent with no hypothesis answers: every
+    component ablated once (:func:`single_ablation_effects`), the components above the largest gap
+    (:func:`sweep_answer`), graded by the family's grader (None where it does not apply)."""
     fam = get_family(task_id)
     best = None
     effects = [single_ablation_effects(i) for i in instances]

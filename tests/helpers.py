@@ -13,7 +13,7 @@ import fcntl
 import functools
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +52,7 @@ def sweep_probe_facts(task_id: str, level: str) -> list[dict[str, Any]]:
     return _swept(task_id, level, PROBE_FACTS[get_family(task_id).id])
 
 
-def _swept(task_id: str, level: str, facts: Any) -> list[dict[str, Any]]:
+def _swept(task_id: str, level: str, facts: Callable[[Instance], dict[str, Any]] | None) -> list[dict[str, Any]]:
     from sweep_truths import SEEDS, canonical, checked_seeds, recorded
 
     n = checked_seeds(task_id)

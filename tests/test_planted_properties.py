@@ -238,6 +238,9 @@ def test_committee_shadows_work_on_their_own_marks(level: str) -> None:
     for seed in range(2):
         model, groups, real, _ = build_committees(seed, level)
         assert len(groups) == GROUPS and sum(g is real for g in groups) == 1
+        assert len({tuple(g.marked) for g in groups}) == GROUPS  # each group its own mark tokens
+        # the data makes the shadows inert: no shadow's mark token occurs in the real probe
+        assert not set(real.probe[0].unique().tolist()) & {t for g in groups if g is not real for t in g.marked}
         for g in groups:
             eff = committee_effects(model, *g.probe, g.pairs)
             assert eff["clean"] >= 2.0 and min(eff["pair"]) >= 0.5 and eff["whole"] >= 0.9, (seed, g.pairs, eff)
