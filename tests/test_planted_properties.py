@@ -9,7 +9,7 @@ from mechsandbox.evaluation.shortcuts import composition_scores, low_rank_svdval
 from mechsandbox.tasks import LEVELS
 from mechsandbox.tasks.bilinear import fit_r2
 from mechsandbox.tasks.circuits import ablate_heads, single_head_ablations
-from mechsandbox.tasks.committee_circuit.generator import GROUPS, build_committees, committee_effects
+from mechsandbox.tasks.committee_circuit.generator import GROUPS, build_committees, committee_effects, satisfies_spec
 from mechsandbox.tasks.fourier_frequencies.generator import freq_power
 from mechsandbox.tasks.induction_circuit.generator import HALF, MIN_MARGIN, READERS, WRITERS, induction_margin
 
@@ -233,8 +233,10 @@ def test_committee_shadows_work_on_their_own_marks(level: str) -> None:
     """Version 4: the model holds GROUPS committees built by the same code and the probe marks one. Each shadow
     meets the contract's committee-level bounds on a probe of its own marks (clean margin >= 2, each pair >= 50%,
     all members >= 90%, primaries alone 10-40%), while test_committee_properties holds each shadow head, a
-    non-member on the real probe, to <= 5%: which committee is the answer is a matter of the data. (The hidden
-    backups' range check is run for the real group only: docs/TASKS.md, item 7, says what that leaves.)"""
+    non-member on the real probe, to <= 5%: which committee is the answer is a matter of the data. Version 5: each
+    shadow also passes every acceptance check on its own probe, the hidden backups' range check included (version 4
+    passed 4 of these 8 at hard), so running the checks on every committee's probe rules none of these out
+    (docs/TASKS.md, item 7: 39 of 40 hard shadows over seeds 0-9)."""
     for seed in range(2):
         model, groups, real, _ = build_committees(seed, level)
         assert len(groups) == GROUPS and sum(g is real for g in groups) == 1
@@ -245,6 +247,7 @@ def test_committee_shadows_work_on_their_own_marks(level: str) -> None:
             eff = committee_effects(model, *g.probe, g.pairs)
             assert eff["clean"] >= 2.0 and min(eff["pair"]) >= 0.5 and eff["whole"] >= 0.9, (seed, g.pairs, eff)
             assert all(0.1 <= d <= 0.4 for d in eff["primary"]), (seed, g.pairs, eff["primary"])
+            assert satisfies_spec(model, *g.probe, g.pairs, model.cfg.n_heads, g.hidden), (seed, g.pairs)
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -1,4 +1,4 @@
-"""Generator for committee-circuit (version 4): primaries and their backups jointly copy the marked token.
+"""Generator for committee-circuit (version 5): primaries and their backups jointly copy the marked token.
 
 Four attention-only layers. Each committee pair is a primary head P and a backup head B in a later
 layer. Both attend to the marked token (content key) and copy it to the output. P also writes a
@@ -26,10 +26,15 @@ group's margin scale is set from it). Every other head is built from the members
 from the members' gains (to scratch when its key is a mark), one extra QK and one extra OV term (live or in
 a pad subspace nothing writes); then every head's QK is padded to its layer's common spectrum and its OV to a
 common tail, so the sorted singular values of QK are identical within a layer and those of OV differ only by
-the drawn gains. Every group gets one output copier of its tokens that attends the sink loosely (its leak is
-what a hidden backup's solo effect lies among on that group's probe). Version 3's decoy triples are gone (the
-shadows mirror the whole composition). Acceptance reads the fast :class:`~mechsandbox.tasks.circuits.QueryAblator`
-(every bound tightened by its guard band), on the real group only (docs/TASKS.md, item 7: what that leaves).
+the drawn gains. Every group gets two output copiers of its tokens that attend the sink loosely, one with a positive
+gain and one with a negative gain (version 5), both drawn from the primaries' gains: their leaks (about +-1% of the
+margin) are what a hidden backup's solo effect lies among on that group's probe, on either side. Version 4 had the
+positive one only, with a gain that could be a hidden backup's: on a probe of its own marks a hard shadow's hidden
+backup then often fell outside its non-members' range (11 of 20 shadows passed the checks), so running the checks on
+every group's probe ruled shadows out; with both copiers 39 of 40 pass at hard and 40 of 40 at medium
+(docs/TASKS.md, item 7). Version 3's decoy triples are gone (the shadows mirror the whole composition). Acceptance
+reads the fast :class:`~mechsandbox.tasks.circuits.QueryAblator` (every bound tightened by its guard band), on the
+real group only: the shadows pass by construction (the rate above is tested), not by selection.
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "committee-circuit"
-VERSION = "4"
+VERSION = "5"
 ROLES = ("primary", "backup")
 N_LAYERS, N_CTX, N_PROBE, VOCAB = 4, 12, 96, 48
 GROUPS = 5  # committees planted, on one layer layout; one, drawn uniformly, is the one the probe uses
@@ -285,16 +290,20 @@ def _non_members(p: Planter, s: Stream, groups: list[Committee], n_heads: int) -
     free = [(ly, h) for ly in range(N_LAYERS) for h in range(n_heads) if (ly, h) not in members]
     g_pool = [gain for g in groups for k in range(len(g.pairs)) for gain in g.gains[k][:2]]
     w_pool = [g.gains[k][4] for g in groups for k in range(len(g.pairs))]
-    # every group gets one head that copies its tokens into the output while attending the sink a little more
-    # loosely (strength 3.5-4.5: about 1.5% of its attention reaches the marked token, about 1% of the margin),
-    # so a hidden backup's solo effect lies among the non-members' on its group's probe by design, for the real
-    # group and the shadows alike; the rest draw their group and key freely
+    p_pool = [g.gains[k][0] for g in groups for k in range(len(g.pairs))]  # the primaries' (never a hidden backup's)
+    # every group gets two heads that copy its tokens into the output while attending the sink a little more
+    # loosely (strength 3.5-4.5: about 1.5% of its attention reaches the marked token), one with a positive gain
+    # and one with a negative gain drawn from the primaries' (about +1% and -1% of the margin), so a hidden
+    # backup's solo effect lies among the non-members' on its group's probe by design, for the real group and the
+    # shadows alike; the rest draw their group and key freely (none are left at hard: 40 heads, 30 members)
     order = [free[i] for i in s.permutation(len(free))]
+    loose = 2 * GROUPS
     for i, (ly, h) in enumerate(order):
-        key = "sink" if i < GROUPS else s.pick(KINDS)
-        strength = s.fraction(3.5, 4.5) if i < GROUPS else s.fraction(4.5, 6.0)
-        src = groups[i if i < GROUPS else s.below(GROUPS)].marked
-        gain = g_pool[s.below(len(g_pool))] * s.fraction(0.85, 1.15)
+        key = "sink" if i < loose else s.pick(KINDS)
+        strength = s.fraction(3.5, 4.5) if i < loose else s.fraction(4.5, 6.0)
+        src = groups[i % GROUPS if i < loose else s.below(GROUPS)].marked
+        pool = p_pool if i < loose else g_pool
+        gain = pool[s.below(len(pool))] * s.fraction(0.85, 1.15) * (-1.0 if GROUPS <= i < loose else 1.0)
         if key == "mark":
             attend_flag(p, ly, h, lay.idx(f"mark{s.below(GROUPS)}"), strength)
             copy_tokens(p, ly, h, src, "scr", gain, s.sample(lay.dim("scr"), len(src)))
@@ -387,7 +396,7 @@ def build_committees(seed: int, level: str) -> tuple[HookedTransformer, list[Com
         tokens, targets = real.probe
         for _ in range(NOISE_DRAWS if noise else 1):
             model = p.build(s, noise)
-            if _satisfies_spec(model, tokens, targets, real.pairs, n_heads, real.hidden):
+            if satisfies_spec(model, tokens, targets, real.pairs, n_heads, real.hidden):
                 break
         else:
             continue  # every draw rejected: a new construction
@@ -416,7 +425,7 @@ def generate(seed: int, level: str) -> Instance:
     )
 
 
-def _satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
+def satisfies_spec(model, tokens, targets, pairs, n_heads, hidden) -> bool:
     """The committee properties of docs/CONTRACT.md, on this instance's own probe set. Cheap checks
     that reject most candidates (the pairs' drops) come first; the non-members' solo ablations, the
     dearest, come last and stop at the first one out of range. The effects come from the fast ablator,
