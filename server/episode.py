@@ -75,9 +75,18 @@ class Episode:
     scoring: Scoring = field(default_factory=Scoring)
     recorder: Recorder | None = field(default=None, repr=False)
     trajectory: list[dict[str, Any]] = field(default_factory=list, repr=False)  # kept for counted attempts only
+    # WebSocket only: the client's own episode_id, echoed in observations and state (OpenEnv's reset(episode_id=...)).
+    # The key above stays the server's: HTTP routes by it, so there it is the episode's capability and no client
+    # may choose it; a WebSocket episode belongs to its connection, so a label changes nothing there.
+    label: str | None = None
 
     def __post_init__(self) -> None:
         self.truth = self.instance.truth
+
+    @property
+    def public_id(self) -> str:
+        """The ``episode_id`` a client sees: its own label on a WebSocket, else the server's key."""
+        return self.label or self.episode_id
 
     @property
     def max_steps(self) -> int:
@@ -85,7 +94,7 @@ class Episode:
 
     def _base(self) -> dict[str, Any]:
         return {
-            "episode_id": self.episode_id,
+            "episode_id": self.public_id,
             "task_id": self.family.id,
             "level": self.ref.level,
             "split": self.ref.split,
@@ -225,7 +234,7 @@ class Episode:
 
     def state(self) -> dict[str, Any]:
         return {
-            "episode_id": self.episode_id,
+            "episode_id": self.public_id,
             "step_count": self.step_count,
             "task_id": self.family.id,
             "level": self.ref.level,

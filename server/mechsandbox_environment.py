@@ -34,6 +34,19 @@ DESCRIPTION = (
 )
 
 
+MAX_LABEL = 128
+
+
+def episode_label(episode_id: Any) -> str | None:
+    """A WebSocket reset's ``episode_id``, checked: the client's name for its episode (OpenEnv's reset takes one and
+    its runtime validation expects it back in ``state``), at most 128 printable characters; None when not given."""
+    if episode_id is None:
+        return None
+    if not isinstance(episode_id, str) or not 1 <= len(episode_id) <= MAX_LABEL or not episode_id.isprintable():
+        raise EpisodeError(f"episode_id must be a string of 1 to {MAX_LABEL} printable characters")
+    return episode_id
+
+
 class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservation, MechSandboxState]):
     SUPPORTS_CONCURRENT_SESSIONS = True
 
@@ -61,11 +74,13 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         params = {k: v for k, v in params.items() if v is not None}
         if self.expired:  # a WebSocket outliving its reaped session would otherwise run uncounted episodes
             raise EpisodeError("this session has expired (idle, or never reset in time); open a new one")
+        label = episode_label(episode_id)
         # The new episode opens first: a refused reset (a bad field, a full server, a database that is down)
         # leaves the current one as it was, instead of abandoning a counted attempt for nothing.
         episode = self.service.open_episode(params, transport="websocket")
         self.close()
         self.ever_reset = True
+        episode.label = label
         self.episode = episode
         return MechSandboxObservation(**self.episode.reset_observation())
 

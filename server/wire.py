@@ -59,7 +59,11 @@ class ResetRequest(BaseModel):
         max_length=128,
         description="Test split: the token POST /runs returned; the run's first episode of an instance is counted",
     )
-    episode_id: str | None = Field(default=None, description="Ignored: the server issues the episode_id")
+    episode_id: str | None = Field(
+        default=None,
+        description="Ignored over HTTP (the server issues the episode_id that /step routes by); on the WebSocket, "
+        "the episode's label in observations and state",
+    )
 
     @model_validator(mode="after")
     def _test_split_has_no_seed(self) -> ResetRequest:

@@ -85,6 +85,22 @@ def test_reset_within_a_connection_starts_a_fresh_episode(server) -> None:
         assert "NameError" in env.run("print(kept)").observation.error
 
 
+def test_a_websocket_reset_keeps_the_clients_episode_id(server) -> None:
+    """OpenEnv's reset(episode_id=...) names the episode (its runtime validation reads it back from state); a bad
+    one is refused in one line and the episode before it lives on."""
+    with GenericEnvClient(base_url=server.url).sync() as env:
+        first = env.reset(task_id="dead-neurons", seed=1, episode_id="plan-7")
+        assert first.observation["episode_id"] == "plan-7" and env.state()["episode_id"] == "plan-7"
+        env.step({"python_code": "kept = 1"})
+        for bad in ("x" * 129, "tab\there", 7):
+            with pytest.raises(RuntimeError, match="episode_id must be a string of 1 to 128 printable"):
+                env.reset(task_id="dead-neurons", seed=2, episode_id=bad)
+        assert env.step({"python_code": "print(kept)"}).observation["stdout_or_error"] == "1\n"
+        assert env.state()["episode_id"] == "plan-7"
+        env.reset(task_id="dead-neurons", seed=2)
+        assert env.state()["episode_id"] not in ("plan-7", None)  # no label: the server's own id
+
+
 CASES = [(fam, seed) for seed in range(8) for fam in ("dead-neurons", "multiplication-neuron", "fourier-frequencies",
                                                       "additive-bypass")]  # fmt: skip
 
