@@ -1,13 +1,13 @@
 """The recorded truths of the slow families' seed sweeps (``tests/sweep_truths.json``), and their recorder.
 
-Why: the seed-variation and constant-answer rules are stated over 100 seeds per family and level
-(docs/CONTRACT.md). For the five transformer families below, generating 100 seeds x 3 levels took most of the
-suite's time on the 2-core CI machine (docs/PERFORMANCE.md, "Test suite"), and checking the rules on fewer seeds is
-not the same check: the best constant answer is chosen in-sample, so a smaller sample biases it upwards. So the
+Why: the seed-variation and constant-answer rules are stated over 100 seeds per family and level (docs/CONTRACT.md).
+For the six slow families below (the transformers and fact-storage), generating 100 seeds x 3 levels took most of
+the suite's time on the 2-core CI machine (docs/PERFORMANCE.md, "Test suite"), and checking the rules on fewer seeds
+is not the same check: the best constant answer is chosen in-sample, so a smaller sample biases it upwards. So the
 truths of seeds 0..99 are recorded here, the suite regenerates the first ``CHECKED`` seeds of each (family, level)
-and compares them with the record, bit for bit in canonical JSON, and computes the statistics over the recorded
-100. A generator change shows as a mismatch (or a missing family version) until the record is made again, as
-``gen-art --check`` does for the canonical artifacts. ``MECHSANDBOX_FULL_SWEEP=1`` regenerates all 100.
+and compares them with the record, bit for bit in canonical JSON, and computes the statistics over the recorded 100.
+A generator change shows as a mismatch (or a missing family version) until the record is made again, as ``gen-art
+--check`` does for the canonical artifacts. ``MECHSANDBOX_FULL_SWEEP=1`` regenerates all 100.
 
 Record again (both cores: 18 min 54 s here on 2026-12-02, before issue 20's faster generators), or only the
 families whose version changed (``--families committee-circuit induction-circuit``: the others' records are kept)::
@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 RECORD = Path(__file__).with_name("sweep_truths.json")
-RECORDED_FAMILIES = ("induction-circuit", "committee-circuit", "copy-head", "modular-addition", "fact-storage")
+RECORDED_FAMILIES = (
+    "induction-circuit",
+    "committee-circuit",
+    "copy-head",
+    "modular-addition",
+    "fact-storage",
+    "head-roles",
+)
 SEEDS = 100  # the contract's count
 CHECKED = 40  # seeds regenerated in the default run (the shortcut audit's seeds: generated anyway)
 FULL_SWEEP_ENV = "MECHSANDBOX_FULL_SWEEP"  # "1": regenerate and compare all 100

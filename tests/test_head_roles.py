@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 import torch
 from baselines import head_stats
-from helpers import cached_instance, cached_instances
+from helpers import cached_instance, sweep_truths
 from mechsandbox.evaluation.shortcuts import low_rank_svdvals
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.head_roles.generator import ROLES, detect_roles, role_scores
@@ -54,7 +54,7 @@ def test_induction_heads_rest_on_a_layer0_head() -> None:
 
 @pytest.mark.parametrize("level", LEVELS)
 def test_roles_vary_and_constant_answers_score_low(level: str) -> None:
-    truths = [inst.truth for inst in cached_instances(FAM, range(N_SEEDS), level)]
+    truths = sweep_truths(FAM, level)  # seeds 0..99 (the first 40 generated, tests/sweep_truths.py)
     heads = sorted(truths[0]["roles"])
     mode = {h: Counter(t["roles"][h] for t in truths).most_common(1)[0][0] for h in heads}
     candidates = [mode] + [{h: role for h in heads} for role in ROLES]

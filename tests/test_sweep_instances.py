@@ -1,9 +1,9 @@
 """The seed sweeps' instances, generated in small chunks: each is well formed and its truth scores 0.99.
 
 Why a file of its own: every family has a 100-seed sweep at every level (the seed-variation and
-constant-answer rules, docs/CONTRACT.md), and generating them is most of the suite's CPU time; five slow
+constant-answer rules, docs/CONTRACT.md), and generating them is most of the suite's CPU time; six slow
 families generate their first 40 seeds and compare them with recorded truths (tests/sweep_truths.py), so
-the default run builds 2,700 instances (3,600 with ``MECHSANDBOX_FULL_SWEEP=1``). One sweep is one test,
+the default run builds 2,520 instances (3,600 with ``MECHSANDBOX_FULL_SWEEP=1``). One sweep is one test,
 so the last sweep to start kept one pytest-xdist worker busy for minutes while the other sat idle. Here
 the same instances are generated in chunks of ten seeds, as the first tests of the run
 (tests/time_budget.json gives this file the largest budget), so both workers share the generation

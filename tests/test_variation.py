@@ -1,7 +1,7 @@
 """Seed variation, best constant answers and the weight-statistics baseline (docs/CONTRACT.md, "Sizes and variation").
 
 Seed counts: 100 seeds per family and level here (the constant-answer rule is stated over 100
-seeds; five slow families' truths partly recorded, ``helpers.sweep_truths``); ``bench/seed_variation.py`` runs
+seeds; six slow families' truths partly recorded, ``helpers.sweep_truths``); ``bench/seed_variation.py`` runs
 the full 0..999 sweep of the seed-variation rule.
 """
 
