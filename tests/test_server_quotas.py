@@ -103,12 +103,18 @@ TOKENS = ("tok-a", "tok-b", "tok-c")
 RESET = {"task_id": "dead-neurons"}
 
 
+UNRESET_S = 6
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory) -> Iterator[Any]:
     env = {
         "MECHSANDBOX_SESSION_CAP": "6",
         "MECHSANDBOX_CLIENT_SHARE": "0.34",  # two sessions per token
         "MECHSANDBOX_API_TOKENS": ",".join(TOKENS),
+        # sessions never reset are reaped after 6 s, not the default 30 (checked every second: timeout / 6), so the
+        # test below waits 8 s instead of 35 (the default itself is the settings table's, tests/test_settings.py)
+        "MECHSANDBOX_UNRESET_TIMEOUT_S": str(UNRESET_S),
     }
     with running_server(tmp_path_factory.mktemp("quotas"), **env) as s:
         yield s
@@ -125,7 +131,7 @@ def mcp(http: httpx.Client, method: str, **params: str) -> dict[str, Any]:
 
 
 def test_sessions_never_reset_free_their_slots(server: Any) -> None:
-    """The cap filled with /mcp sessions nobody uses no longer locks a reset out after 35 s (default timers)."""
+    """The cap filled with /mcp sessions nobody uses no longer locks a reset out once the unreset timeout passed."""
     with as_client(server, "tok-a") as a, as_client(server, "tok-b") as b, as_client(server, "tok-c") as c:
         b_reset = b.post("/reset", json=RESET)
         assert b_reset.status_code == 200, b_reset.text
@@ -136,7 +142,7 @@ def test_sessions_never_reset_free_their_slots(server: Any) -> None:
             time.sleep(1.0)
             full = b.post("/reset", json=RESET)
             assert full.status_code == 429 and "session cap (6)" in full.json()["detail"], full.text
-            time.sleep(35)
+            time.sleep(UNRESET_S + 2)
             ws.send(json.dumps({"type": "reset", "data": RESET}))
             late = json.loads(ws.recv(timeout=30))
             assert late["type"] == "error" and "expired" in late["data"]["message"], late  # not an uncounted episode
