@@ -1,5 +1,8 @@
 # MechSandbox server image (CPU). Build: docker build -t mechsandbox .   Run: docker run -p 8000:8000 mechsandbox
-FROM python:3.11-slim
+# Offline (no image registry, no PyTorch index): docker/build-local.sh makes the base from Debian packages, tags it
+# python:3.11-slim, puts the local torch wheel in docker/wheels/ and builds this file unchanged (docs/DEPLOY.md).
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
 
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_VERSION=2.13.0
@@ -25,11 +28,13 @@ RUN TORCH_INDEX_URL="$TORCH_INDEX_URL" TORCH_VERSION="$TORCH_VERSION" sh /tmp/me
 RUN useradd --create-home --uid 1000 mechsandbox
 USER mechsandbox
 WORKDIR /home/mechsandbox
-# The results database (runs, counted attempts) when MECHSANDBOX_DATABASE_URL is unset: mount a volume here to
-# keep the leaderboard across containers, or point MECHSANDBOX_DATABASE_URL at a PostgreSQL shared by replicas.
+# The results database (runs, counted attempts) when MECHSANDBOX_DATABASE_URL is unset: mount a volume here
+# (-v mechsandbox-data:/home/mechsandbox/data) to keep the leaderboard across containers, or point
+# MECHSANDBOX_DATABASE_URL at a PostgreSQL shared by replicas. No VOLUME instruction: OpenEnv's runtime validation
+# refuses images that declare one; run read-only (--read-only --tmpfs /tmp) or as another uid, the server falls back
+# to a temporary folder and says so in its log.
 ENV MECHSANDBOX_DATA_DIR=/home/mechsandbox/data
 RUN mkdir -p /home/mechsandbox/data
-VOLUME /home/mechsandbox/data
 
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=10s --start-period=60s --retries=3 \

@@ -8,8 +8,19 @@
 set -eu
 SRC=${1:-.}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+# A torch wheel placed in docker/wheels/ (docker/build-local.sh does) is the fallback when the index is unreachable.
+local_wheel() {
+    for wheel in "$SRC"/docker/wheels/torch-"$TORCH_VERSION"*.whl; do
+        [ -f "$wheel" ] && { echo "$wheel"; return 0; }
+    done
+    return 1
+}
 if [ -n "${TORCH_INDEX_URL:-}" ]; then
-    python -m pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"
+    if ! python -m pip install --no-cache-dir --timeout 20 --retries 1 --index-url "$TORCH_INDEX_URL" "torch==$TORCH_VERSION"; then
+        wheel=$(local_wheel) || { echo "docker/install.sh: $TORCH_INDEX_URL is unreachable and docker/wheels/ holds no torch $TORCH_VERSION wheel" >&2; exit 1; }
+        echo "docker/install.sh: $TORCH_INDEX_URL is unreachable; installing $wheel" >&2
+        python -m pip install --no-cache-dir "$wheel"
+    fi
 else
     python -m pip install --no-cache-dir "torch==$TORCH_VERSION"
 fi
