@@ -104,8 +104,16 @@ if [ -z "$OPENENV_BIN" ]; then
     hint "pip install openenv-core (or openenv) in a separate tool environment"
     stop 3
 fi
-if OUT=$(cd "$REPO_DIR" && "$OPENENV_BIN" validate 2>&1); then
-    pass "openenv validate passed ($OPENENV_BIN)"
+# openenv.yaml declares the runtime level (build the image, run it read-only, play validation/runtime.json): it
+# needs the engine of step 2, so without one only the static level runs, and the line says so.
+LEVEL=()
+WHAT="static and runtime levels"
+if [ -n "$REASON" ]; then
+    LEVEL=(--level static)
+    WHAT="static level only: the runtime level needs the engine that step 2 lacked ($REASON)"
+fi
+if OUT=$(cd "$REPO_DIR" && "$OPENENV_BIN" validate "${LEVEL[@]}" 2>&1); then
+    pass "openenv validate passed, $WHAT ($OPENENV_BIN)"
     echo "$OUT" | tail -n 3 | sed 's/^/  /'
 else
     fail "openenv validate failed"

@@ -34,9 +34,14 @@ def server(tmp_path_factory):
 
 
 def test_new_openenv_validate_passes_static_checks() -> None:
-    out = subprocess.run([str(NEW_CLI), "validate"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    """The static level; the runtime level that openenv.yaml declares (its execution block) builds and runs the image
+    with a container engine: tests/test_container_image.py runs it."""
+    out = subprocess.run([str(NEW_CLI), "validate", "--level", "static"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stdout + out.stderr
     assert "PASS  static.manifest" in out.stdout and "FAIL" not in out.stdout
+    manifest = (ROOT / "openenv.yaml").read_text()
+    assert "execution: {kind: openenv_ws, probe_path: validation/runtime.json" in manifest
 
 
 def test_old_openenv_validate_passes() -> None:
@@ -58,6 +63,7 @@ def test_submission_validator_runs_every_check_it_can(server) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     lines = out.stdout.splitlines()
     assert sum("PASSED --" in line for line in lines) == 4
+    assert any("openenv validate passed, static level only" in line for line in lines)
     assert any("SKIPPED -- docker build NOT RUN" in line and "daemon" in line for line in lines)
     strict = subprocess.run(["bash", str(ROOT / "validate-submission.sh"), server.url, str(ROOT), "--strict"],
                             capture_output=True, text=True, timeout=600)  # fmt: skip
