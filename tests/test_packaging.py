@@ -96,3 +96,16 @@ def test_readme_has_space_front_matter() -> None:
     front = text.split("---\n")[1]
     for line in ("sdk: docker", "app_port: 8000", "- openenv"):
         assert line in front
+
+
+def test_the_runtime_plan_is_valid_and_its_answer_is_right() -> None:
+    """validation/runtime.json, which openenv validate plays against the image: a plan its own model accepts, whose
+    reset names a real task and whose last action is that instance's right answer (so a generator change shows)."""
+    from mechsandbox.tasks import get_family
+    from openenv.validation.runtime.contracts import RuntimePlan
+
+    plan = RuntimePlan.model_validate_json((ROOT / "validation" / "runtime.json").read_text())
+    options = plan.reset.options
+    inst = get_family(options["task_id"]).generate(plan.reset.seed, options["level"])
+    answer = plan.actions[-1]["solution_target"]
+    assert get_family(options["task_id"]).grade(answer, inst.truth, inst).score == 0.99
