@@ -9,6 +9,7 @@
 #   3. `$ENGINE build -t $TAG .` with no build arguments (as `openenv validate` builds).
 #
 #   docker/build-local.sh [--rebuild-base] [--run PORT]
+#   docker/build-local.sh --print-engine-args   (only what a run needs here; the base must exist)
 #
 # ENGINE (podman, else docker), TAG (mechsandbox:local), TORCH_VERSION (2.13.0). ENGINE_ARGS: extra arguments of
 # every build and run. Unset, the script tries the engine's defaults and, if a container cannot start (podman
@@ -24,16 +25,39 @@ RAW=mechsandbox-base-raw:bookworm
 FALLBACK_ARGS="--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024"
 rebuild=0
 port=""
+print_args=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rebuild-base) rebuild=1 ;;
         --run) port=${2:?--run needs a port}; shift ;;
-        *) echo "usage: docker/build-local.sh [--rebuild-base] [--run PORT]" >&2; exit 2 ;;
+        --print-engine-args) print_args=1 ;;
+        *) echo "usage: docker/build-local.sh [--rebuild-base] [--run PORT] | --print-engine-args" >&2; exit 2 ;;
     esac
     shift
 done
 say() { echo "build-local: $*" >&2; }
 command -v "$ENGINE" >/dev/null 2>&1 || { say "no container engine ($ENGINE): apt-get install podman"; exit 1; }
+
+# What a container needs to start here, probed on the base image: nothing, or FALLBACK_ARGS ($ENGINE_ARGS wins).
+probe_engine_args() {
+    [ -n "${ENGINE_ARGS+set}" ] && return 0
+    if $ENGINE run --rm "$RAW" true >/dev/null 2>&1; then
+        ENGINE_ARGS=""
+    elif $ENGINE run --rm $FALLBACK_ARGS "$RAW" true >/dev/null 2>&1; then
+        ENGINE_ARGS=$FALLBACK_ARGS
+        say "containers start only with: $ENGINE_ARGS (used for every build and run below)"
+    else
+        say "$ENGINE cannot start a container here:"
+        $ENGINE run --rm $FALLBACK_ARGS "$RAW" true >&2 || true
+        exit 1
+    fi
+}
+if [ "$print_args" = 1 ]; then
+    $ENGINE image inspect "$RAW" >/dev/null 2>&1 || { say "no base image $RAW yet: run docker/build-local.sh first"; exit 1; }
+    probe_engine_args 2>/dev/null
+    echo "$ENGINE_ARGS"
+    exit 0
+fi
 
 # 1. the base image
 if [ "$rebuild" = 1 ] || ! $ENGINE image inspect "$RAW" >/dev/null 2>&1; then
@@ -45,18 +69,7 @@ if [ "$rebuild" = 1 ] || ! $ENGINE image inspect "$RAW" >/dev/null 2>&1; then
         "$(. /etc/os-release && echo "$VERSION_CODENAME")" "$tmp/base.tar"
     $ENGINE import "$tmp/base.tar" "$RAW" >/dev/null
 fi
-if [ -z "${ENGINE_ARGS+set}" ]; then
-    if $ENGINE run --rm "$RAW" true >/dev/null 2>&1; then
-        ENGINE_ARGS=""
-    elif $ENGINE run --rm $FALLBACK_ARGS "$RAW" true >/dev/null 2>&1; then
-        ENGINE_ARGS=$FALLBACK_ARGS
-        say "containers start only with: $ENGINE_ARGS (used for every build and run below)"
-    else
-        say "$ENGINE cannot start a container here:"
-        $ENGINE run --rm $FALLBACK_ARGS "$RAW" true >&2 || true
-        exit 1
-    fi
-fi
+probe_engine_args
 ctx=$(mktemp -d)
 cp /etc/ssl/certs/ca-certificates.crt "$ctx/ca-certificates.crt"
 cat > "$ctx/Containerfile" <<EOF

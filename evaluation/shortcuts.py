@@ -120,8 +120,6 @@ def low_rank_svdvals(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(ra @ rb.mT)
 
 
-
-
 def duplicate_rows_factored(a: torch.Tensor, b: torch.Tensor, cos: float = 0.9999) -> int:
     """:func:`duplicate_rows` of M = A B^T without forming M: row i of M is a_i B^T, and
     <a_i B^T, a_j B^T> = a_i (B^T B) a_j^T = <a_i R^T, a_j R^T> with B = QR, so the rows of A R^T (d x r) have M's

@@ -15,6 +15,7 @@ minutes), so its test runs with ``MECHSANDBOX_CONTAINER_TESTS=full`` only; the d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -30,7 +31,6 @@ from server_harness import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TAG = "mechsandbox:test"
-FALLBACK = ["--runtime", "runc", "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
 ENGINE = os.environ.get("ENGINE") or shutil.which("podman") or shutil.which("docker") or "podman"
 
 MISSING = [tool for tool in (ENGINE, "mmdebstrap") if not shutil.which(tool)]
@@ -41,20 +41,26 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def engine_args() -> list[str]:
-    """What a container needs to start on this host (podman inside a container: runc and lowered rlimits)."""
-    built = subprocess.run(["sh", str(ROOT / "docker" / "build-local.sh")], env={**os.environ, "TAG": TAG},
-                           capture_output=True, text=True, timeout=1800)  # fmt: skip
+    """Builds the image; returns what a container needs to start on this host, as build-local.sh probed it (podman
+    inside a container: runc and lowered rlimits)."""
+    script = str(ROOT / "docker" / "build-local.sh")
+    built = subprocess.run(["sh", script], env={**os.environ, "TAG": TAG}, capture_output=True, text=True,
+                           timeout=1800)  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
-    if subprocess.run([ENGINE, "run", "--rm", TAG, "true"], capture_output=True).returncode == 0:
-        return []
-    return FALLBACK
+    probed = subprocess.run(["sh", script, "--print-engine-args"], capture_output=True, text=True, check=True)
+    return probed.stdout.split()
 
 
-def _run(engine_args: list[str], *extra: str) -> tuple[str, int]:
+@contextlib.contextmanager
+def started(engine_args: list[str], *extra: str) -> Iterator[tuple[str, int]]:
+    """The image running with ``extra`` options, published on a free port; removed afterwards."""
     port = free_port()
     cid = subprocess.run([ENGINE, "run", "-d", *engine_args, *extra, "-p", f"127.0.0.1:{port}:8000", TAG],
                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    return cid, port
+    try:
+        yield cid, port
+    finally:
+        subprocess.run([ENGINE, "rm", "-f", cid], capture_output=True)
 
 
 def _health(port: int, timeout: float = 60.0) -> dict:
@@ -70,53 +76,40 @@ def _health(port: int, timeout: float = 60.0) -> dict:
     raise AssertionError(f"/health did not answer 200 within {timeout} s")
 
 
-@pytest.fixture
-def container(engine_args: list[str]) -> Iterator[tuple[str, int]]:
-    cid, port = _run(engine_args)
-    try:
-        yield cid, port
-    finally:
-        subprocess.run([ENGINE, "rm", "-f", cid], capture_output=True)
-
-
-def test_the_image_serves_an_episode_and_stops_gracefully(container: tuple[str, int], tmp_path: Path) -> None:
-    cid, port = container
-    health = _health(port)
-    assert health["status"] == "healthy" and {"landlock", "seccomp", "rlimits"} <= set(health["isolation_active"])
-    jail = health["isolation"]["namespaces"]  # podman's defaults: skipped, with the reason (docs/DEPLOY.md)
-    assert jail == "active" or (jail.startswith("skipped: ") and len(jail) > 20), jail
-    played = subprocess.run([sys.executable, "-m", "mechsandbox.cli", "eval", "--agent", "scripted", "--url",
-                             f"http://127.0.0.1:{port}", "--tasks", "copy-head", "--level", "easy", "--episodes", "1",
-                             "--out", str(tmp_path / "eval")], capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert played.returncode == 0, played.stderr[-2000:]
-    summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
-    assert summary["overall"]["mean_score"] == 0.99
-    started = time.monotonic()
-    subprocess.run([ENGINE, "stop", "-t", "30", cid], capture_output=True, check=True)  # SIGTERM, then 30 s
-    assert time.monotonic() - started < 25, "the server did not stop on SIGTERM"
-    state = json.loads(subprocess.run([ENGINE, "inspect", cid], capture_output=True, text=True).stdout)[0]["State"]
-    assert state["ExitCode"] == 0, state
+def test_the_image_serves_an_episode_and_stops_gracefully(engine_args: list[str], tmp_path: Path) -> None:
+    with started(engine_args) as (cid, port):
+        health = _health(port)
+        assert health["status"] == "healthy" and {"landlock", "seccomp", "rlimits"} <= set(health["isolation_active"])
+        jail = health["isolation"]["namespaces"]  # podman's defaults: skipped, with the reason (docs/DEPLOY.md)
+        assert jail == "active" or (jail.startswith("skipped: ") and len(jail) > 20), jail
+        url = f"http://127.0.0.1:{port}"
+        played = subprocess.run([sys.executable, "-m", "mechsandbox.cli", "eval", "--agent", "scripted", "--url", url,
+                                 "--tasks", "copy-head", "--level", "easy", "--episodes", "1", "--out",
+                                 str(tmp_path / "eval")], capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert played.returncode == 0, played.stderr[-2000:]
+        summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
+        assert summary["overall"]["mean_score"] == 0.99
+        stopping = time.monotonic()
+        subprocess.run([ENGINE, "stop", "-t", "30", cid], capture_output=True, check=True)  # SIGTERM, then 30 s
+        assert time.monotonic() - stopping < 25, "the server did not stop on SIGTERM"
+        state = json.loads(subprocess.run([ENGINE, "inspect", cid], capture_output=True, text=True).stdout)[0]["State"]
+        assert state["ExitCode"] == 0, state
 
 
 def test_the_image_runs_read_only_as_an_unprivileged_uid(engine_args: list[str]) -> None:
     """As OpenEnv's runtime validation runs it: only /tmp writable, uid 65532, no capabilities."""
-    cid, port = _run(engine_args, "--read-only", "--tmpfs", "/tmp", "--user", "65532:65532", "--cap-drop", "ALL")
-    try:
+    read_only = ("--read-only", "--tmpfs", "/tmp", "--user", "65532:65532", "--cap-drop", "ALL")
+    with started(engine_args, *read_only) as (cid, port):
         assert _health(port)["status"] == "healthy"
         logs = subprocess.run([ENGINE, "logs", cid], capture_output=True, text=True).stderr
         assert "results database: sqlite:////tmp/" in logs  # the unwritable data folder fell back to /tmp
-    finally:
-        subprocess.run([ENGINE, "rm", "-f", cid], capture_output=True)
 
 
 def test_unmasking_proc_gives_the_namespace_jail(engine_args: list[str]) -> None:
     """With podman's defaults bwrap cannot mount a fresh /proc over the masked one; ``--security-opt unmask=ALL``
     (docs/DEPLOY.md) lets it, and the jail's namespaces become active inside the container."""
-    cid, port = _run(engine_args, "--security-opt", "unmask=ALL")
-    try:
+    with started(engine_args, "--security-opt", "unmask=ALL") as (_, port):
         assert "namespaces" in _health(port)["isolation_active"]
-    finally:
-        subprocess.run([ENGINE, "rm", "-f", cid], capture_output=True)
 
 
 def test_openenv_validate_runs_its_runtime_level(engine_args: list[str], tmp_path: Path) -> None:
