@@ -114,7 +114,10 @@ if [ -n "$REASON" ]; then
 fi
 if OUT=$(cd "$REPO_DIR" && "$OPENENV_BIN" validate "${LEVEL[@]}" 2>&1); then
     pass "openenv validate passed, $WHAT ($OPENENV_BIN)"
-    echo "$OUT" | tail -n 3 | sed 's/^/  /'
+    # the checks that ran and the verdict; openenv's own skips only counted (its report gives their reasons)
+    echo "$OUT" | grep -E '^[[:space:]]*(PASS|WARN|FAIL|ERROR)[[:space:]]' | sed 's/^[[:space:]]*/  /'
+    SKIPS=$(echo "$OUT" | grep -cE '^[[:space:]]*SKIP[[:space:]]' || true)
+    echo "$OUT" | grep -E '^Verdict:' | sed "s/^/  /; s/\$/ ($SKIPS checks skipped by openenv; 'openenv validate' says why)/"
 else
     fail "openenv validate failed"
     echo "$OUT" | tail -n 20

@@ -99,10 +99,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     Why: pytest-xdist hands tests out in collection order, so a heavy file collected last (the seed
     sweeps in ``test_variation.py``) would leave one worker busy long after the other ran dry.
-    Longest first keeps the tail short.
+    Longest first keeps the tail short. The files named in "start_first" come before all: they mostly
+    wait (the container image's build and runs wait on the engine), and started first their waits
+    overlap the other worker's tests instead of ending the run.
     """
-    files = _budget().get("files", {})
-    items.sort(key=lambda item: -files.get(Path(item.nodeid.split("::")[0]).name, 0))
+    budget = _budget()
+    files, first = budget.get("files", {}), budget.get("start_first", [])
+
+    def order(item: pytest.Item) -> tuple[bool, float]:
+        name = Path(item.nodeid.split("::")[0]).name
+        return name not in first, -files.get(name, 0)
+
+    items.sort(key=order)
 
 
 def _budget() -> dict:

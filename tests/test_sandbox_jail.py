@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from escape_attacks import survivors_of_a_killed_owner
 from helpers import cached_instance
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, jail
 from mechsandbox.server.sandbox import pool as pool_module
@@ -240,52 +239,10 @@ def test_a_fake_worker_pid_never_gets_a_host_process_signalled(pool, monkeypatch
         victim.wait()
 
 
-ORPHAN = """
-import json, sys, time
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
-from mechsandbox.tasks import generate
-pool = SandboxPool(SandboxSettings(pool_size=0, test_unrestricted=True)).start()
-session = pool.open_session(ModelPayload.from_instance(generate("dead-neurons", 0, "easy")))
-reply = session.unrestricted('''
-import ctypes, os, signal, sys
-libc = ctypes.CDLL(None, use_errno=True)
-libc.prctl(1, 0, 0, 0, 0)  # clear the parent-death signal
-for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
-    signal.signal(s, signal.SIG_IGN)
-os._exit = sys.exit = lambda *a: None  # and disable its own exit: the worker loop falls through
-import atexit, time
-atexit.register(time.sleep, 3600)  # to interpreter shutdown, which then never ends
-result = "stuck"
-''')
-print(json.dumps({"worker": session.pid, "zygote": pool.zygote.pid, "reply": reply}), flush=True)
-time.sleep(600)
-"""
-
-
 def test_workers_die_within_2s_of_a_sigkilled_pool_owner() -> None:
-    owner = subprocess.Popen([sys.executable, "-c", ORPHAN], stdout=subprocess.PIPE, text=True)
-    try:
-        line = owner.stdout.readline()
-        info = json.loads(line)
-        assert info["reply"]["result"] == "stuck", info
-        os.kill(owner.pid, signal.SIGKILL)
-        owner.wait(timeout=5)
-        killed = time.monotonic()
-        pids = [info["worker"], info["zygote"]]
-        while any(_alive(p) for p in pids) and time.monotonic() - killed < 2.0:
-            time.sleep(0.02)
-        assert not any(_alive(p) for p in pids), pids
-    finally:
-        if owner.poll() is None:
-            owner.kill()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    info, survivors = survivors_of_a_killed_owner(grace=2.0)
+    assert info["reply"]["result"] == "stuck", info
+    assert not survivors, survivors
 
 
 def test_require_namespaces_refuses_to_start_without_them() -> None:

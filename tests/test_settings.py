@@ -34,8 +34,6 @@ NOT_SETTINGS = {
     "MECHSANDBOX_URL": "integrations/mcp_client.py: the server an Inspect eval or a TRL environment plays on "
     "(a client's setting)",
     "MECHSANDBOX_FULL_SWEEP": "tests/sweep_truths.py: regenerate all 100 seeds of the recorded families' sweeps",
-    "MECHSANDBOX_CONTAINER_TESTS": "tests/test_container_image.py: `full` adds openenv validate's runtime level "
-    "(a second image build)",
 }
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", "build", "dist", "mechsandbox.egg-info", ".ruff_cache"}
 
