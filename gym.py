@@ -35,13 +35,17 @@ audit is told the answer size; ``info["budget_left"]`` counts down) and terminat
 step after the end raises ``ResetNeeded``. The end is a truncation in Gymnasium's terms: a learner that bootstraps
 on truncation (as sb3's do) should know that nothing follows the last pick.
 
-**What a policy can learn.** Heads are permuted within each layer per instance, and the observation carries no
-per-head feature before a head is tried, so at the default budget a policy can learn only where circuits sit
-(which layers) and not to waste picks: its precision can exceed a random masked policy's only by that layer prior
-(docs/TASKS.md, "Head discovery").
+**What a policy can learn.** Heads are permuted within each layer per instance. With the MechRL observation (the
+default) nothing about a head is seen before it is tried, so at the default budget a policy can learn only where
+circuits sit (which layers) and not to waste picks: its precision exceeds a random masked policy's only by that
+layer prior. ``head_features=True`` adds what an interpretability agent looks at first, every head's attention
+statistics and output size on the probe (``HEAD_FEATURES``, one forward pass per instance), and a policy then
+learns which statistics make an ablation worth spending (examples/ppo_head_discovery.py; docs/TASKS.md, "Head
+discovery").
 
 **Observation** (``Dict``; ``flatten=True`` gives one ``Box``): ``task`` (one-hot over ``tasks``), ``tried`` (0/1
-per action), ``scores`` (the reward each tried head paid, 0 otherwise), ``valid`` (0/1: the instance has that head).
+per action), ``scores`` (the reward each tried head paid, 0 otherwise), ``valid`` (0/1: the instance has that head)
+and, with ``head_features=True``, ``features`` ([action, len(HEAD_FEATURES)] in [0, 1]; zero for absent heads).
 ``action_masks()`` (what sb3-contrib's MaskablePPO reads) and ``info["action_mask"]``: valid and untried.
 ``info`` also has ``picks``, ``best`` (the largest reward so far), ``budget_left``, ``metric_lost``
 (``(m({}) - m(S)) / m({})``) and, when the
@@ -91,6 +95,52 @@ def _behaviour(instance: Instance) -> tuple[torch.Tensor, Callable[[torch.Tensor
     return tokens, lambda logits: margin(logits[:, -1], targets).mean().item()
 
 
+HEAD_FEATURES = ("attn_prev", "attn_first", "attn_same_token", "attn_after_same_token", "attn_entropy", "out_norm")
+"""What ``head_features=True`` observes of every head before it is tried, from one clean forward pass on the probe:
+the mean attention on the previous position, on position 0, on earlier copies of the query's token and on the
+tokens after them (TransformerLens ``detect_head``-style scores), the attention's entropy as a fraction of its
+maximum, and the mean norm of what the head writes (over the largest head's)."""
+
+
+def head_features(model: Any, tokens: torch.Tensor) -> np.ndarray:
+    """[n_layers, n_heads, len(HEAD_FEATURES)] attention statistics of every head on ``tokens`` (see HEAD_FEATURES).
+
+    Why these: they are what an interpretability agent looks at first (attention patterns and output sizes), they
+    are cheap (one forward pass per instance), and they do not name a circuit by themselves: decoy heads share
+    attention rules with circuit heads by construction, so a policy learns which statistics make an ablation worth
+    trying, not where the answer is."""
+    with torch.no_grad():
+        return _head_features(model, tokens)
+
+
+def _head_features(model: Any, tokens: torch.Tensor) -> np.ndarray:
+    _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith(("hook_pattern", "hook_z")))
+    n = tokens.shape[1]
+    pos = torch.arange(n)
+    earlier = pos[:, None] > pos[None, :]  # [query, key]: strictly earlier keys
+    same = (tokens[:, :, None] == tokens[:, None, :]) & earlier  # an earlier copy of the query's token
+    after = torch.zeros_like(same)  # key j <= query with token j - 1 the query's: the token after an earlier copy
+    after[:, :, 1:] = (tokens[:, :, None] == tokens[:, None, :-1]) & (pos[:, None] >= pos[None, 1:])[None]
+    max_entropy = torch.log(pos[1:].double() + 1)  # query q attends over q + 1 keys
+    rows = []
+    for layer in range(model.cfg.n_layers):
+        pat = cache[f"blocks.{layer}.attn.hook_pattern"].double()  # [batch, head, query, key]
+        entropy = -(pat * pat.clamp_min(1e-30).log()).sum(-1)[:, :, 1:] / max_entropy
+        z = cache[f"blocks.{layer}.attn.hook_z"].double()  # [batch, query, head, d_head]
+        written = torch.einsum("bqhe,hed->bqhd", z, model.W_O[layer].double()).norm(dim=-1).mean((0, 1))
+        rows.append(torch.stack([
+            pat[:, :, pos[1:], pos[1:] - 1].mean((0, 2)),
+            pat[:, :, 1:, 0].mean((0, 2)),
+            (pat * same[:, None]).sum(-1).mean((0, 2)),
+            (pat * after[:, None]).sum(-1).mean((0, 2)),
+            entropy.mean((0, 2)),
+            written,
+        ], dim=-1))  # fmt: skip
+    feats = torch.stack(rows)
+    feats[..., -1] /= feats[..., -1].max().clamp_min(1e-30)
+    return feats.float().numpy()
+
+
 @dataclass
 class Probe:
     """One instance's ablation oracle: the behaviour metric and the control disturbance of any ablated set."""
@@ -107,6 +157,7 @@ class Probe:
         self.clean_log_probs = self.control.clean.log_softmax(-1)
         self.clean = self.metric(self.task.clean)
         self.heads = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
+        self.features = head_features(model, tokens)
         self.truth = {(int(lay), int(h)) for lay, h in self.instance.truth["heads"]}
         self._metric: dict[frozenset[Head], float] = {frozenset(): self.clean}
         self._control: dict[frozenset[Head], float] = {frozenset(): 0.0}
@@ -181,11 +232,13 @@ class HeadDiscoveryEnv(gymnasium.Env):
 
     def __init__(self, tasks: Sequence[str] | None = None, level: str = "easy", budget: int | None = None,
                  control_weight: float = 1.0, repeat_penalty: float = 0.1, flatten: bool = False,
-                 sample_tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None):  # fmt: skip
+                 sample_tasks: Sequence[str] | None = None, seeds: Sequence[int] | None = None,
+                 head_features: bool = False):  # fmt: skip
         """``tasks``: the families the spaces cover (the one-hot's order); ``sample_tasks``: those a reset without
         ``options["task"]`` draws from (default all of ``tasks``; fewer keeps a family held out for transfer with
         the same spaces); ``seeds``: draw instance seeds from this list and keep each instance once generated (a
-        training set; default a fresh seed per reset, nothing kept)."""
+        training set; default a fresh seed per reset, nothing kept); ``head_features``: add ``features``, every
+        head's attention statistics before it is tried (HEAD_FEATURES; off: the MechRL observation)."""
         self.tasks = tuple(tasks) if tasks else HEAD_SET_FAMILIES
         self.sample_tasks = tuple(sample_tasks) if sample_tasks else self.tasks
         unknown = [t for t in (*self.tasks, *self.sample_tasks) if t not in HEAD_SET_FAMILIES]
@@ -208,12 +261,16 @@ class HeadDiscoveryEnv(gymnasium.Env):
         self.max_heads = max(sc["x-n-heads"] for sc in schemas)
         self.n_actions = max(sc["x-n-layers"] for sc in schemas) * self.max_heads
         n = self.n_actions
-        self.dict_space = spaces.Dict({
+        self.head_features = head_features
+        parts = {
             "task": spaces.Box(0.0, 1.0, (len(self.tasks),), np.float32),
             "tried": spaces.Box(0.0, 1.0, (n,), np.float32),
             "scores": spaces.Box(-np.inf, np.inf, (n,), np.float32),
             "valid": spaces.Box(0.0, 1.0, (n,), np.float32),
-        })  # fmt: skip
+        }
+        if head_features:
+            parts["features"] = spaces.Box(0.0, 1.0, (n, len(HEAD_FEATURES)), np.float32)
+        self.dict_space = spaces.Dict(parts)
         self.observation_space = spaces.flatten_space(self.dict_space) if flatten else self.dict_space
         self.action_space = spaces.Discrete(n)
         self.probe: Probe | None = None
@@ -282,6 +339,12 @@ class HeadDiscoveryEnv(gymnasium.Env):
         one_hot = np.zeros(len(self.tasks), np.float32)
         one_hot[self.tasks.index(self.task)] = 1.0
         obs = {"task": one_hot, "tried": self.tried.copy(), "scores": self.scores.copy(), "valid": self.valid.copy()}
+        if self.head_features:
+            assert self.probe is not None
+            grid = np.zeros((self.n_actions, len(HEAD_FEATURES)), np.float32)
+            for action, (lay, h) in self.head_of.items():
+                grid[action] = self.probe.features[lay, h]
+            obs["features"] = grid
         return spaces.flatten(self.dict_space, obs) if self.flatten else obs
 
     def _info(self, done: bool) -> dict[str, Any]:

@@ -9,10 +9,13 @@ spaces cover all three families, the policy never saw the third). Prints the lea
 update) and, per evaluation family, the mean return and the precision / recall of the picks against the exact
 truth for the trained policy, the random policy and the oracle. A few minutes on 2 CPU cores.
 
-What a policy can learn here is limited on purpose: heads are permuted within each layer per instance and nothing
-about an untried head is observed, so no fixed index is the circuit; the most a policy can learn is where circuits
-tend to sit (which layers) and not to waste picks, a small edge over random that 20 evaluation episodes do not
-resolve (docs/TASKS.md, "Head discovery"). The oracle, which ablates every candidate, is the ceiling.
+The environment runs with ``head_features=True``: before a head is tried the policy sees its attention statistics
+and output size on the probe (``mechsandbox.gym.HEAD_FEATURES``), what an interpretability agent looks at first.
+Heads are permuted per instance, so no index is ever the answer; the agent scores every head with one shared
+network and learns which statistics make an ablation worth spending, which also carries over to the held-out
+family. Without the features (the MechRL observation) the most a policy can learn is a layer prior, an edge that
+20 evaluation episodes do not resolve (docs/TASKS.md, "Head discovery"). The oracle, which ablates every candidate,
+is the ceiling.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import time
 import gymnasium
 import numpy as np
 import torch
-from mechsandbox.gym import HeadDiscoveryEnv, greedy_oracle
+from mechsandbox.gym import HEAD_FEATURES, HeadDiscoveryEnv, greedy_oracle
 from torch import nn
 
 TASKS = ("copy-head", "induction-circuit", "committee-circuit")
@@ -31,21 +34,46 @@ TRAIN, HELD_OUT = ("copy-head", "induction-circuit"), "committee-circuit"
 
 
 class Agent(nn.Module):
-    def __init__(self, n_obs: int, n_actions: int):
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(n_obs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh())
-        self.pi, self.v = nn.Linear(64, n_actions), nn.Linear(64, 1)
+    """One small network shared by every head: a head's logit from its own inputs (its attention statistics, tried,
+    score, layer) and a summary of all heads and the task; the value from that summary. Shared weights make the
+    policy treat heads alike wherever the instance put them (heads are permuted per seed), so what it learns about
+    one head's statistics carries over to every index."""
 
-    def dist(self, obs: torch.Tensor, mask: torch.Tensor) -> torch.distributions.Categorical:
-        logits = self.pi(self.body(obs)).masked_fill(~mask, -1e9)
+    def __init__(self, n_tasks: int, n_layers: int, n_features: int, hidden: int = 64):
+        super().__init__()
+        self.n_layers = n_layers
+        self.head = nn.Sequential(nn.Linear(n_features + 3 + n_layers + n_tasks, hidden), nn.Tanh(),
+                                  nn.Linear(hidden, hidden), nn.Tanh())  # fmt: skip
+        self.pi = nn.Linear(2 * hidden, 1)
+        self.v = nn.Sequential(nn.Linear(hidden, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+
+    def _encode(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        feats = obs["features"]  # [batch, actions, features]
+        batch, n_actions = feats.shape[:2]
+        layer = torch.arange(n_actions) // (n_actions // self.n_layers)
+        per_head = torch.cat([feats, obs["tried"][..., None], obs["scores"][..., None], obs["valid"][..., None],
+                              nn.functional.one_hot(layer, self.n_layers).float().expand(batch, -1, -1),
+                              obs["task"][:, None].expand(-1, n_actions, -1)], dim=-1)  # fmt: skip
+        h = self.head(per_head)
+        valid = obs["valid"][..., None]
+        pooled = (h * valid).sum(1) / valid.sum(1).clamp_min(1.0)
+        return h, pooled
+
+    def dist(self, obs: dict[str, torch.Tensor], mask: torch.Tensor) -> torch.distributions.Categorical:
+        h, pooled = self._encode(obs)
+        logits = self.pi(torch.cat([h, pooled[:, None].expand_as(h)], -1)).squeeze(-1).masked_fill(~mask, -1e9)
         return torch.distributions.Categorical(logits=logits)
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        return self.v(self.body(obs)).squeeze(-1)
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.v(self._encode(obs)[1]).squeeze(-1)
+
+
+def as_tensors(obs: dict[str, np.ndarray], batched: bool = True) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v if batched else v[None], dtype=torch.float32) for k, v in obs.items()}
 
 
 def make_env(level: str, seeds: list[int] | None, sample: tuple[str, ...]) -> HeadDiscoveryEnv:
-    return HeadDiscoveryEnv(tasks=TASKS, level=level, flatten=True, seeds=seeds, sample_tasks=sample)
+    return HeadDiscoveryEnv(tasks=TASKS, level=level, seeds=seeds, sample_tasks=sample, head_features=True)
 
 
 def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: int = 0, train_seeds: int = 64,
@@ -57,7 +85,8 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
     envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(level, seeds, TRAIN) for _ in range(n_envs)],
                                          autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)  # fmt: skip
     n_actions = int(envs.single_action_space.n)
-    agent = Agent(int(np.prod(envs.single_observation_space.shape)), n_actions)
+    first = envs.envs[0].unwrapped
+    agent = Agent(len(TASKS), n_actions // first.max_heads, len(HEAD_FEATURES))
     optim = torch.optim.Adam(agent.parameters(), lr=3e-3)
     obs, info = envs.reset(seed=seed)
     mask = np.stack(info["action_mask"])
@@ -66,7 +95,7 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
         buf = {k: [] for k in ("obs", "mask", "act", "logp", "rew", "done", "val")}
         returns, running = [], np.zeros(n_envs)
         for _ in range(n_steps):
-            o, m = torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(mask)
+            o, m = as_tensors(obs), torch.as_tensor(mask)
             with torch.no_grad():
                 d = agent.dist(o, m)
                 act = d.sample()
@@ -84,7 +113,7 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
             buf["done"].append(torch.as_tensor(done, dtype=torch.float32))
             mask = np.stack(info["action_mask"])
         with torch.no_grad():
-            next_v = agent.value(torch.as_tensor(obs, dtype=torch.float32))
+            next_v = agent.value(as_tensors(obs))
         adv, last = torch.zeros(n_steps, n_envs), torch.zeros(n_envs)
         for t in reversed(range(n_steps)):  # GAE; an episode's end cuts the bootstrap
             v_next = next_v if t == n_steps - 1 else buf["val"][t + 1]
@@ -92,16 +121,18 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
             delta = buf["rew"][t] + 0.99 * v_next * nonterminal - buf["val"][t]
             last = delta + 0.99 * 0.95 * nonterminal * last
             adv[t] = last
-        flat = {k: torch.stack(v).flatten(0, 1) for k, v in buf.items() if k not in ("rew", "done")}
+        flat = {k: torch.stack(v).flatten(0, 1) for k, v in buf.items() if k not in ("rew", "done", "obs")}
+        flat_obs = {k: torch.stack([o[k] for o in buf["obs"]]).flatten(0, 1) for k in buf["obs"][0]}
         adv = adv.flatten()
         ret = adv + flat["val"]
         for _ in range(4):
             for idx in torch.randperm(len(adv)).split(32):
-                d = agent.dist(flat["obs"][idx], flat["mask"][idx])
+                batch = {k: v[idx] for k, v in flat_obs.items()}
+                d = agent.dist(batch, flat["mask"][idx])
                 ratio = (d.log_prob(flat["act"][idx]) - flat["logp"][idx]).exp()
                 a = (adv[idx] - adv[idx].mean()) / (adv[idx].std() + 1e-8)
                 pg = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a).mean()
-                loss = pg + 0.5 * ((agent.value(flat["obs"][idx]) - ret[idx]) ** 2).mean() - 0.01 * d.entropy().mean()
+                loss = pg + 0.5 * ((agent.value(batch) - ret[idx]) ** 2).mean() - 0.01 * d.entropy().mean()
                 optim.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), 0.5)
@@ -132,7 +163,7 @@ def evaluate(policy: str, agent: Agent | None, level: str, task: str, seeds: lis
                 action = int(rng.choice(np.flatnonzero(mask)))
             else:
                 with torch.no_grad():
-                    logits = agent.dist(torch.as_tensor(obs, dtype=torch.float32)[None], torch.as_tensor(mask)[None])
+                    logits = agent.dist(as_tensors(obs, batched=False), torch.as_tensor(mask)[None])
                 action = int(logits.probs.argmax())
             obs, reward, term, trunc, info = env.step(action)
             total, done, k = total + reward, term or trunc, k + 1

@@ -34,9 +34,9 @@ TAG = "mechsandbox:test"
 ENGINE = os.environ.get("ENGINE") or shutil.which("podman") or shutil.which("docker") or "podman"
 
 MISSING = [tool for tool in (ENGINE, "mmdebstrap") if not shutil.which(tool)]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING), reason=f"{', '.join(MISSING)} missing: apt-get install podman mmdebstrap runc catatonit (.ci/run)"
-)
+INSTALL = "apt-get install podman mmdebstrap runc catatonit (.ci/run)"
+SKIP = pytest.mark.skipif(bool(MISSING), reason=f"{', '.join(MISSING)} missing: {INSTALL}")
+pytestmark = [pytest.mark.container, SKIP]
 
 
 @pytest.fixture(scope="module")
@@ -92,11 +92,19 @@ def test_the_image_serves_an_episode_and_stops_gracefully(engine_args: list[str]
         assert played.returncode == 0, played.stderr[-2000:]
         summary = json.loads((tmp_path / "eval" / "summary.json").read_text())
         assert summary["overall"]["mean_score"] == 0.99
+        running = _host_pids(cid)  # the server, the sandbox's zygote and its workers, as host pids
+        assert len(running) >= 3, running
         stopping = time.monotonic()
         subprocess.run([ENGINE, "stop", "-t", "30", cid], capture_output=True, check=True)  # SIGTERM, then 30 s
         assert time.monotonic() - stopping < 25, "the server did not stop on SIGTERM"
         state = json.loads(subprocess.run([ENGINE, "inspect", cid], capture_output=True, text=True).stdout)[0]["State"]
         assert state["ExitCode"] == 0, state
+        assert not [pid for pid in running if Path(f"/proc/{pid}").exists()], "a process outlived the container"
+
+
+def _host_pids(cid: str) -> list[int]:
+    listed = subprocess.run([ENGINE, "top", cid, "hpid"], capture_output=True, text=True, check=True).stdout.split()
+    return [int(word) for word in listed if word.isdigit()]
 
 
 def test_the_image_runs_read_only_as_an_unprivileged_uid(engine_args: list[str]) -> None:
