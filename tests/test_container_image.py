@@ -6,9 +6,10 @@ validate-submission.sh with every step run for real, ``openenv validate``'s runt
 Needs podman (or a docker engine), mmdebstrap, runc and catatonit: .ci/run installs them, and the file skips with
 that reason where they are missing. The image build is about 3.5 minutes of one core (mmdebstrap of the base, the
 install, ``gen-art --check`` in the image), so conftest.py starts this file first (tests/time_budget.json,
-"start_first"): its waits on the engine then overlap the other worker's tests instead of ending the run. The builds
-of validate-submission.sh and of the validator go through podman's Docker API to the same storage and reuse every
-layer (seconds).
+"start_first"): its waits on the engine then overlap the other worker's tests instead of ending the run.
+validate-submission.sh's docker step builds once more through podman's Docker API (its layers are not shared with the
+podman CLI's build; the validator's own build then reuses the docker step's): docs/DEPLOY.md, "The validator, for
+real".
 """
 
 from __future__ import annotations
