@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -102,6 +103,7 @@ tokens after them (TransformerLens ``detect_head``-style scores), the attention'
 maximum, and the mean norm of what the head writes (over the largest head's)."""
 
 
+@torch.no_grad()  # a graph through W_O would keep every cached activation alive with the result
 def head_features(model: Any, tokens: torch.Tensor) -> np.ndarray:
     """[n_layers, n_heads, len(HEAD_FEATURES)] attention statistics of every head on ``tokens`` (see HEAD_FEATURES).
 
@@ -109,11 +111,6 @@ def head_features(model: Any, tokens: torch.Tensor) -> np.ndarray:
     are cheap (one forward pass per instance), and they do not name a circuit by themselves: decoy heads share
     attention rules with circuit heads by construction, so a policy learns which statistics make an ablation worth
     trying, not where the answer is."""
-    with torch.no_grad():
-        return _head_features(model, tokens)
-
-
-def _head_features(model: Any, tokens: torch.Tensor) -> np.ndarray:
     _, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith(("hook_pattern", "hook_z")))
     n = tokens.shape[1]
     pos = torch.arange(n)
@@ -157,10 +154,14 @@ class Probe:
         self.clean_log_probs = self.control.clean.log_softmax(-1)
         self.clean = self.metric(self.task.clean)
         self.heads = [(lay, h) for lay in range(model.cfg.n_layers) for h in range(model.cfg.n_heads)]
-        self.features = head_features(model, tokens)
         self.truth = {(int(lay), int(h)) for lay, h in self.instance.truth["heads"]}
         self._metric: dict[frozenset[Head], float] = {frozenset(): self.clean}
         self._control: dict[frozenset[Head], float] = {frozenset(): 0.0}
+
+    @cached_property
+    def features(self) -> np.ndarray:
+        """:func:`head_features` on the probe, computed on first use (only ``head_features=True`` episodes ask)."""
+        return head_features(self.instance.model, self.instance.probe["tokens"])
 
     def forget_sets(self) -> None:
         """Drop the cached ablations of head sets (kept: the clean run and each head alone), so an instance kept
@@ -301,6 +302,10 @@ class HeadDiscoveryEnv(gymnasium.Env):
         self.scores = np.zeros(self.n_actions, np.float32)
         self.valid = np.zeros(self.n_actions, np.float32)
         self.valid[list(self.head_of)] = 1.0
+        if self.head_features:  # constant through the episode: laid on the action grid once
+            self.features = np.zeros((self.n_actions, len(HEAD_FEATURES)), np.float32)
+            for action, (lay, h) in self.head_of.items():
+                self.features[action] = self.probe.features[lay, h]
         self.picks: list[Head] = []
         self.steps = 0
         self.rewards: list[float] = []
@@ -340,11 +345,7 @@ class HeadDiscoveryEnv(gymnasium.Env):
         one_hot[self.tasks.index(self.task)] = 1.0
         obs = {"task": one_hot, "tried": self.tried.copy(), "scores": self.scores.copy(), "valid": self.valid.copy()}
         if self.head_features:
-            assert self.probe is not None
-            grid = np.zeros((self.n_actions, len(HEAD_FEATURES)), np.float32)
-            for action, (lay, h) in self.head_of.items():
-                grid[action] = self.probe.features[lay, h]
-            obs["features"] = grid
+            obs["features"] = self.features.copy()
         return spaces.flatten(self.dict_space, obs) if self.flatten else obs
 
     def _info(self, done: bool) -> dict[str, Any]:
