@@ -9,6 +9,9 @@
 #   3. `$ENGINE build -t $TAG .` with no build arguments (as `openenv validate` builds).
 #
 #   docker/build-local.sh [--rebuild-base] [--run PORT]
+#   docker/build-local.sh --base-only   (steps 1 and 2: then build with any client, e.g. `docker build` against
+#                                        podman's Docker API, whose builds share layers with each other, not with
+#                                        the podman CLI's: tests/test_container_image.py)
 #   docker/build-local.sh --print-engine-args   (only what a run needs here; the base must exist)
 #
 # ENGINE (podman, else docker), TAG (mechsandbox:local), TORCH_VERSION (2.13.0). ENGINE_ARGS: extra arguments of
@@ -26,12 +29,15 @@ FALLBACK_ARGS="--runtime runc --ulimit nofile=1024:1024 --ulimit nproc=1024:1024
 rebuild=0
 port=""
 print_args=0
+base_only=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --rebuild-base) rebuild=1 ;;
         --run) port=${2:?--run needs a port}; shift ;;
         --print-engine-args) print_args=1 ;;
-        *) echo "usage: docker/build-local.sh [--rebuild-base] [--run PORT] | --print-engine-args" >&2; exit 2 ;;
+        --base-only) base_only=1 ;;
+        *) echo "usage: docker/build-local.sh [--rebuild-base] [--run PORT | --base-only] | --print-engine-args" >&2
+           exit 2 ;;
     esac
     shift
 done
@@ -93,6 +99,8 @@ if ! ls docker/wheels/torch-"$TORCH_VERSION"*.whl >/dev/null 2>&1; then
         python3 -m pip download --quiet --no-deps --only-binary :all: -d docker/wheels "torch==$TORCH_VERSION"
     fi
 fi
+
+[ "$base_only" = 1 ] && { say "base $BASE and the torch wheel ready"; exit 0; }
 
 # 3. the image, built as everyone builds it
 say "building $TAG"
