@@ -90,6 +90,12 @@ def _eval(args: argparse.Namespace) -> int:
     return run_eval(args)
 
 
+def _report(args: argparse.Namespace) -> int:
+    from .evaluation.cli import run_report
+
+    return run_report(args)
+
+
 def _leaderboard(args: argparse.Namespace) -> int:
     """The leaderboard of a running server (``--url``) or of a results database read directly (``--db``)."""
     from .results.leaderboard import table
@@ -167,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run", help="the run's name on a fixed-salt server (default: the agent's name)")
     p.add_argument("--out", required=True, help="output directory")
     p.set_defaults(fn=_eval)
+    p = sub.add_parser("report", help="an eval run's table, figures and (--html) page with every episode")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a folder `mechsandbox eval --out` wrote")
+    p.add_argument("--compare", nargs="*", default=[], help="other runs' folders, drawn as baselines (refused "
+                   "unless they played the same instances)")  # fmt: skip
+    p.add_argument("--force-compare", action="store_true", help="draw --compare runs even when their instances differ")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained page: table, figures, trajectories")
+    p.add_argument("--figures", metavar="DIR", help="where the figures go (default: RUN_DIR)")
+    p.set_defaults(fn=_report)
     p = sub.add_parser("leaderboard", help="the runs of a server or results database, ranked, with 95%% intervals")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", default="http://localhost:8000", help="a running server (default %(default)s)")

@@ -284,6 +284,9 @@ class ServerSettings(_EnvSettings):
                              "finish for up to this long before stopping; 0 = stop at once", minimum=0)  # fmt: skip
     drain_notice_s: float = setting(6.0, "while draining, seconds new episodes are still accepted (a load balancer's "
                                     "check needs that long to take the replica out)", minimum=0)  # fmt: skip
+    web: bool = setting(True, "serve the playground at `/web` and the run viewer at `/web/runs` (docs/WEB.md)")
+    run_dirs: tuple[str, ...] = setting((), "eval run folders the run viewer shows, comma-separated (a folder of "
+                                        "runs is listed run by run)")  # fmt: skip
     prewarm_test: tuple[str, ...] = setting(
         (), "`task/level` pairs whose standard set of test instances is generated at startup, into the instance cache "
         "(progress in the log and /health)"

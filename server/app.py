@@ -47,6 +47,7 @@ from .mcp import McpRoute
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
 from .service import CapacityError, Service
 from .settings import ServerSettings
+from .web import register_web
 from .wire import (
     EpisodeResponse,
     ResetRequest,
@@ -347,6 +348,8 @@ def create_app(service: Service | None = None) -> FastAPI:
     )
     service.ws_count = lambda: server.active_sessions
     service.ws_ids = lambda: list(server._sessions)
+    if settings.web:
+        register_web(app, service)
     mcp_route = McpRoute(server)
     mcp_route.register(app)  # before OpenEnv's POST /mcp, which it shadows (server/mcp.py says why)
     server.register_routes(app)

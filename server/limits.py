@@ -14,7 +14,15 @@ from typing import Any
 from .clients import CURRENT, ClientIdentifier
 
 MAX_DEPTH = 64
-OPEN_ROUTES = ("/health",)
+# /health for probes; the playground's page and scripts (no data: every action it takes is a /reset or /step that
+# carries the bearer token the user types in).
+OPEN_ROUTES = ("/health", "/web")
+OPEN_PREFIXES = ("/web/static/",)
+
+
+def is_open(path: str) -> bool:
+    """Served without a bearer token."""
+    return path in OPEN_ROUTES or path.startswith(OPEN_PREFIXES)
 
 
 def nesting_depth(body: bytes) -> int:
@@ -50,7 +58,8 @@ class RequestLimits:
         if scope["type"] not in ("http", "websocket"):
             return await self.app(scope, receive, send)
         token_index = self.clients.token_index(scope)
-        if self.clients.tokens and scope.get("path") not in OPEN_ROUTES and token_index is None:
+        path = scope.get("path", "")
+        if self.clients.tokens and not is_open(path) and token_index is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong bearer token"})
                 return None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from mechsandbox.evaluation.report import markdown, summarise
+from mechsandbox.results import wilson_interval
 from server_harness import running_server
 
 CLI = [sys.executable, "-m", "mechsandbox.cli", "eval"]
@@ -48,17 +49,21 @@ def test_output_files_have_the_documented_shapes(runs) -> None:
     summary = json.loads((path / "summary.json").read_text())
     assert set(summary) == {"tasks", "overall", "run"}
     task = summary["tasks"]["fourier-frequencies"]
-    assert set(task) >= {"mean_score", "ci95", "episodes", "mean_steps", "levels", "family_version"}
+    assert set(task) >= {"mean_score", "interval95", "ci95", "episodes", "solved", "mean_steps", "levels", "family_version"}  # noqa: E501
     assert set(task["levels"]) == {"easy", "hard"} and task["levels"]["hard"]["episodes"] == 3
-    assert set(summary["overall"]) == {"mean_score", "ci95", "episodes"} and summary["overall"]["episodes"] == 18
+    assert set(summary["overall"]) == {"mean_score", "interval95", "ci95", "episodes", "solved"}
+    assert summary["overall"]["episodes"] == 18
     run = summary["run"]
     assert {"agent", "model", "temperature", "prompt_version", "git_commit", "benchmark_version"} <= set(run)
     assert run["salt"] == "fixed" and len(run["salt_fingerprint"]) == 12 and run["run_id"].startswith("run-")
     assert sorted(run["instance_ids"]) == sorted(r["instance_id"] for r in rows)
     assert len(run["instances"]) == 18 and "copy-head/hard/test:2" in run["instances"]
     assert "| copy-head |" in (path / "summary.md").read_text()
-    png = (path / "scores.png").read_bytes()
-    assert png.startswith(b"\x89PNG") and len(png) > 2000
+    assert summary["overall"]["interval95"][0] < summary["overall"]["mean_score"] <= summary["overall"]["interval95"][1]
+    for name in ("scores", "levels", "steps"):
+        png = (path / f"{name}.png").read_bytes()
+        assert png.startswith(b"\x89PNG") and len(png) > 20_000, name  # 200 dpi
+        assert (path / f"{name}.svg").read_text().startswith("<?xml"), name
 
 
 def test_small_calibration(runs) -> None:
@@ -131,7 +136,10 @@ def test_summary_statistics() -> None:
     summary = summarise(rows, {"agent": "x", "split": "test"})
     entry = summary["tasks"]["t"]
     assert entry["mean_score"] == pytest.approx(0.3) and entry["ci95"] == pytest.approx(1.96 * 0.14142 / 2**0.5, 1e-3)
-    assert "| t | 1 | 0.300 | - | - |" in markdown(summary)
+    assert entry["interval95"] == list(wilson_interval(0.3, 2)) and entry["solved"] == 0
+    assert "| t | 1 | 0.300 | 0.300 [" in markdown(summary)  # only the levels that were run get a column
+    capped = summarise([{**rows[0], "score": 0.99}] * 3, {"agent": "x"})["overall"]
+    assert capped["ci95"] == 0 and capped["interval95"][0] < 0.9 and capped["solved"] == 3  # not zero-width at the cap
 
 
 def test_starts_its_own_server_without_url(tmp_path) -> None:
@@ -144,3 +152,69 @@ def test_starts_its_own_server_without_url(tmp_path) -> None:
     assert len(rows) == 2 and all(r["error"] is None and r["instance_id"].startswith("test-") for r in rows)
     assert "random test salt" in done.stderr  # its own server's scores are comparable with nothing
     assert json.loads((tmp_path / "summary.json").read_text())["run"]["salt"] == "random"
+
+
+REPORT = [sys.executable, "-m", "mechsandbox.cli", "report"]
+
+
+def test_report_draws_the_figures_and_a_page_from_the_run(runs, tmp_path) -> None:
+    """``mechsandbox report``: the table, figures with intervals, n, the baseline and only the levels run, and a
+    self-contained page whose numbers are summary.json's."""
+    page = tmp_path / "report.html"
+    cmd = [*REPORT, str(runs["scripted"]), "--compare", str(runs["random"]), "--html", str(page),
+           "--figures", str(tmp_path / "figures")]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((runs["scripted"] / "summary.json").read_text())
+    assert done.stdout == (runs["scripted"] / "summary.md").read_text()
+    scores = (tmp_path / "figures" / "scores.svg").read_text()
+    assert "<!-- n = 6 -->" in scores and "95% Wilson interval" in scores and "baseline: random" in scores
+    assert "<!-- fourier-frequencies -->" in scores  # task3's full name, never cut
+    levels = (tmp_path / "figures" / "levels.svg").read_text()
+    assert "<!-- easy (9 episodes) -->" in levels and "<!-- hard (9 episodes) -->" in levels and "medium" not in levels
+    assert "solved -->" in (tmp_path / "figures" / "steps.svg").read_text()
+    assert len((tmp_path / "figures" / "scores.png").read_bytes()) > 20_000
+    text = page.read_text()
+    low, high = summary["overall"]["interval95"]
+    assert f"{summary['overall']['mean_score']:.3f} [{low:.3f}, {high:.3f}] (n=18)" in text
+    assert text.count('class="episode"') == 18 and "<script src=" not in text  # scripts inlined: opens anywhere
+    refused = subprocess.run([*REPORT, str(runs["scripted"]), "--compare", str(tmp_path)], capture_output=True,
+                             text=True, timeout=120)  # fmt: skip
+    assert refused.returncode == 2 and "no summary.json" in refused.stderr
+
+
+def _run_folder(path: Path, rows: list[dict], summary: object | None = None) -> Path:
+    path.mkdir(parents=True)
+    (path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = summary if isinstance(summary, str) else json.dumps(summary or summarise(rows, {"agent": "x"}))
+    (path / "summary.json").write_text(text)
+    return path
+
+
+ROW = {"task_id": "copy-head", "level": "easy", "score": 0.99, "steps": 3, "family_version": "3"}
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: p / "absent", "no such directory"),
+        (lambda p: _run_folder(p / "empty", [], {"tasks": {}, "overall": {"episodes": 0}}), "the run has no episodes"),
+        (lambda p: _run_folder(p / "corrupt", [ROW], "{not json"), "summary.json: not valid JSON"),
+        (lambda p: _run_folder(p / "rows", [{"task_id": "x"}], {"tasks": {}, "overall": {}}), "line 1 lacks one of"),
+        (lambda p: (p / "file").write_text("x") and p / "file", "not a directory"),
+    ],
+)
+def test_report_refuses_an_unusable_run_in_one_line(tmp_path, make, message: str) -> None:
+    done = subprocess.run([*REPORT, str(make(tmp_path))], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_a_summary_from_before_the_intervals_is_recomputed_by_the_same_code(tmp_path) -> None:
+    from mechsandbox.evaluation.rundir import load_run
+
+    old = summarise([ROW, {**ROW, "score": 0.01}], {"agent": "old"})
+    for entry in (old["overall"], *old["tasks"].values()):
+        entry.pop("interval95")
+    run = load_run(_run_folder(tmp_path / "old", [ROW, {**ROW, "score": 0.01}], old))
+    assert run.summary["overall"]["interval95"] == list(wilson_interval(0.5, 2))

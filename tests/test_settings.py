@@ -34,6 +34,7 @@ NOT_SETTINGS = {
     "MECHSANDBOX_URL": "integrations/mcp_client.py: the server an Inspect eval or a TRL environment plays on "
     "(a client's setting)",
     "MECHSANDBOX_FULL_SWEEP": "tests/sweep_truths.py: regenerate all 100 seeds of the recorded families' sweeps",
+    "MECHSANDBOX_SCREENSHOTS": "tests/test_web.py: a folder that also receives the browser tests' screenshots",
 }
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", "build", "dist", "mechsandbox.egg-info", ".ruff_cache"}
 
@@ -57,7 +58,7 @@ def sample(record: Setting) -> object:
 
 
 def test_the_registry_is_every_field_but_the_test_switch() -> None:
-    assert len(SETTINGS) == 48 and set(REGISTRY) == {record.env for record in SETTINGS}
+    assert len(SETTINGS) == 50 and set(REGISTRY) == {record.env for record in SETTINGS}
     for cls in CLASSES:
         declared = {record.name for record in cls.SETTINGS}
         assert declared == {f.name for f in fields(cls)} - {"test_unrestricted"}
