@@ -324,7 +324,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         responses=error_responses(401, 404, 503),
     )
     async def run_entry(run_id: str) -> dict[str, Any]:
-        return await run_in_threadpool(service.runs.run_entry, run_id)
+        return with_pages(await run_in_threadpool(service.runs.run_entry, run_id))
 
     @app.get(
         "/leaderboard",
@@ -333,7 +333,16 @@ def create_app(service: Service | None = None) -> FastAPI:
         responses=error_responses(401, 503),
     )
     async def leaderboard() -> dict[str, Any]:
-        return await run_in_threadpool(service.runs.leaderboard)
+        board = await run_in_threadpool(service.runs.leaderboard)
+        for entry in board["runs"]:
+            with_pages(entry)
+        return board
+
+    def with_pages(entry: dict[str, Any]) -> dict[str, Any]:
+        """A run's page in the run viewer (docs/WEB.md), where the server serves it."""
+        if settings.web:
+            entry["page"] = f"/web/runs/db/{entry['run_id']}"
+        return entry
 
     server = SharedCapServer(
         functools.partial(MechSandboxEnvironment, service=service),

@@ -88,6 +88,20 @@ def test_runs_on_a_fixed_salt_server_land_on_its_leaderboard(server, runs) -> No
     assert "scripted" in line and "partial" in line and f"{entry['overall']:.3f}" in line
 
 
+def test_the_leaderboard_links_each_run_to_its_page(server, runs) -> None:
+    """GET /leaderboard names each run's page in the run viewer; the page shows the database's numbers per family
+    and level, and /web/runs lists the run."""
+    scripted = json.loads((runs["scripted"] / "summary.json").read_text())["run"]
+    with server.http() as http:
+        entry = next(r for r in http.get("/leaderboard").json()["runs"] if r["run_id"] == scripted["run_id"])
+        assert entry["page"] == f"/web/runs/db/{scripted['run_id']}"
+        page = http.get(entry["page"])
+        assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+        low, high = entry["families"]["copy-head"]["ci95"]
+        assert f"{entry['families']['copy-head']['mean']} [{low}, {high}]" in page.text and "<th>hard</th>" in page.text
+        assert f'href="{entry["page"]}"' in http.get("/web/runs").text
+
+
 def test_compare_refuses_runs_on_other_instances(server, runs, tmp_path) -> None:
     cmd = [*CLI, "--agent", "random", "--tasks", "dead-neurons", "--level", "easy", "--episodes", "2",
            "--url", server.url, "--out", str(tmp_path), "--compare", str(runs["scripted"])]  # fmt: skip

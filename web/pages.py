@@ -17,6 +17,7 @@ from typing import Any
 from ..evaluation.figures import SOLVED_SCORE, levels_figure, run_levels, scores_figure, steps_figure, svg_text
 from ..evaluation.report import interval_text
 from ..evaluation.rundir import RunDir
+from ..tasks import LEVELS
 
 STATIC = ("style.css", "runs.js", "playground.js")  # everything /web/static/ serves: a fixed list, never a path
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -209,13 +210,18 @@ def db_run_page(run_id: str, entry: Mapping[str, Any], folder: str | None) -> st
     """A database run: its counted means per family with Wilson intervals (the leaderboard's numbers); trajectories
     live only in run folders, linked when one holds this run."""
     families = sorted((entry.get("families") or {}).items())
-    rows = [f"<tr>{cell(f)}{_board_cell(v['mean'], v['ci95'])}{cell(v['episodes'], num=True)}</tr>"
-            for f, v in families]  # fmt: skip
+    levels = [lv for lv in LEVELS if any(lv in v.get("levels", {}) for _, v in families)]
+    rows = []
+    for family, v in families:
+        by_level = "".join(_board_cell(v["levels"][lv]["mean"], v["levels"][lv]["ci95"]) if lv in v.get("levels", {})
+                           else cell("-") for lv in levels)  # fmt: skip
+        total = _board_cell(v["mean"], v["ci95"]) + cell(v["episodes"], num=True)
+        rows.append(f"<tr>{cell(family)}{by_level}{total}</tr>")
     link = (f'<p><a href="/web/runs/dir/{esc(folder)}">episodes and figures (run folder {esc(folder)})</a></p>'
             if folder else '<p class="muted">no run folder of this run is configured (MECHSANDBOX_RUN_DIRS)</p>')
     facts = " &middot; ".join(f"{esc(k)} <b>{esc(entry.get(k))}</b>" for k in ("agent", "model", "overall", "episodes")
                               if entry.get(k) is not None)  # fmt: skip
-    headers = ["family", "mean [95% interval]", "counted episodes"]
+    headers = ["family", *levels, "all levels [95% interval]", "counted episodes"]
     body = f'<p class="muted">{facts}</p>{table(headers, rows, "summary")}{link}'
     return shell(f"MechSandbox run: {run_id}", body)
 
