@@ -7,6 +7,8 @@ FROM ${BASE_IMAGE}
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 ARG TORCH_VERSION=2.13.0
 
+# ENABLE_WEB_INTERFACE=false keeps OpenEnv's Gradio UI off: the server serves its own playground and run viewer at
+# /web (MECHSANDBOX_WEB, docs/WEB.md), which play by its sessions and limits.
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \

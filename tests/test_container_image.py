@@ -102,6 +102,8 @@ def test_the_image_serves_an_episode_and_stops_gracefully(engine_args: list[str]
         jail = health["isolation"]["namespaces"]  # podman's defaults: skipped, with the reason (docs/DEPLOY.md)
         assert jail == "active" or (jail.startswith("skipped: ") and len(jail) > 20), jail
         url = f"http://127.0.0.1:{port}"
+        page = httpx.get(f"{url}/web/static/playground.js", timeout=10)  # the pages' files were installed
+        assert page.status_code == 200 and "textContent" in page.text
         played = subprocess.run([sys.executable, "-m", "mechsandbox.cli", "eval", "--agent", "scripted", "--url", url,
                                  "--tasks", "copy-head", "--level", "easy", "--episodes", "1", "--out",
                                  str(tmp_path / "eval")], capture_output=True, text=True, timeout=300)  # fmt: skip
