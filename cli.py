@@ -91,7 +91,7 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from .evaluation.cli import run_report
+    from .evaluation.report_cli import run_report
 
     return run_report(args)
 

@@ -12,11 +12,10 @@ from pathlib import Path
 from ..agents import LLMAgent, RandomAgent, ScriptedAgent
 from ..agents.llm import client_from_env
 from ..submission import register_run, server_scoring
-from .compare import difference, instance_keys
+from .compare import compare_refusal, instance_keys
 from .harness import Plan, parse_levels, parse_seeds, parse_tasks, run_info, run_plan
 from .local_server import LocalServer
-from .report import interval_text, markdown, write_all
-from .rundir import RunDirError, load_run
+from .report import interval_text, write_all
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -117,59 +116,3 @@ def join_run(url: str, name: str, plan: Plan, info: dict) -> str | None:
     for reset in plan.resets:
         reset["run_token"] = run["run_token"]
     return None
-
-
-def compare_refusal(baselines: dict[str, dict], info: dict, forced: bool, prog: str = "mechsandbox eval") -> str | None:
-    """The message that refuses ``--compare`` baselines played on other instances (None: all comparable).
-
-    With ``--force-compare`` the differences are printed as a warning and nothing is refused.
-    """
-    problems = []
-    for where, data in baselines.items():
-        why = difference(data.get("run", {}), info)
-        if why:
-            problems.append(f"--compare {where}: {why}")
-    if not problems:
-        return None
-    if forced:
-        for line in problems:
-            print(f"{prog}: warning (--force-compare): {line}", file=sys.stderr)
-        return None
-    return f"{prog}: refusing to compare runs on different instances:\n  " + "\n  ".join(problems) + (
-        "\n(--force-compare draws them anyway)"
-    )
-
-
-def run_report(args: argparse.Namespace) -> int:
-    """``mechsandbox report RUN_DIR [--compare DIR...] [--html OUT]``: the run's table (stdout), its figures redrawn
-    (with the baselines), and optionally one self-contained HTML page: the table, the figures and every episode's
-    trajectory with filters. Reads only what ``mechsandbox eval`` wrote; computes no statistic of its own."""
-    prog = "mechsandbox report"
-    try:
-        run = load_run(args.run_dir)
-        others = [load_run(other) for other in args.compare]
-    except RunDirError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return 2
-    baselines = {f"{o.summary['run'].get('agent', 'run')} ({o.name})": o.summary for o in others}
-    refusal = compare_refusal(baselines, run.summary.get("run", {}), args.force_compare, prog)
-    if refusal:
-        print(refusal, file=sys.stderr)
-        return 2
-    print(markdown(run.summary), end="")
-    figures = Path(args.figures) if args.figures else run.path
-    try:
-        from .figures import write_figures
-
-        figures.mkdir(parents=True, exist_ok=True)
-        written = write_figures(run.summary, run.rows, figures, baselines)
-        if args.html:
-            from ..web.pages import run_page
-
-            Path(args.html).write_text(run_page(run, baselines, inline=True))
-    except OSError as exc:
-        print(f"{prog}: cannot write ({exc.strerror or exc}): {exc.filename or ''}", file=sys.stderr)
-        return 2
-    print(f"{prog}: figures {', '.join(p.name for p in written)} in {figures}"
-          + (f"; page {args.html}" if args.html else ""), file=sys.stderr)  # fmt: skip
-    return 0

@@ -8,6 +8,7 @@ baseline that differs, or, with ``--force-compare``, says exactly how it differs
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -57,3 +58,24 @@ def difference(run: dict[str, Any], this: dict[str, Any]) -> str | None:
             parts.append(f"{len(theirs - ours)} only in it ({_examples(theirs - ours)})")
         return "; ".join(parts)
     return None
+
+
+def compare_refusal(baselines: dict[str, dict], info: dict, forced: bool, prog: str = "mechsandbox eval") -> str | None:
+    """The message that refuses ``--compare`` baselines played on other instances (None: all comparable).
+
+    With ``--force-compare`` the differences are printed as a warning and nothing is refused.
+    """
+    problems = []
+    for where, data in baselines.items():
+        why = difference(data.get("run", {}), info)
+        if why:
+            problems.append(f"--compare {where}: {why}")
+    if not problems:
+        return None
+    if forced:
+        for line in problems:
+            print(f"{prog}: warning (--force-compare): {line}", file=sys.stderr)
+        return None
+    return f"{prog}: refusing to compare runs on different instances:\n  " + "\n  ".join(problems) + (
+        "\n(--force-compare draws them anyway)"
+    )

@@ -81,12 +81,28 @@ def load_run(path: str | Path) -> RunDir:
             raise RunDirError(f"{results}: line {number} is not valid JSON ({exc.msg})") from None
         if not isinstance(row, dict) or any(key not in row for key in ROW_FIELDS):
             raise RunDirError(f"{results}: line {number} lacks one of {', '.join(ROW_FIELDS)}")
+        if not _valid_row(row):
+            raise RunDirError(f"{results}: line {number} has a score outside [0, 1], a negative or non-integer step "
+                              "count, or a task or level that is not text")  # fmt: skip
         rows.append(row)
     if not rows:
         raise RunDirError(f"{folder}: the run has no episodes; nothing to report")
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    recomputed = summarise(rows, run)
     if "interval95" not in summary["overall"]:  # written before intervals were Wilson's: recompute, same code
-        summary = summarise(rows, summary.get("run") or {})
-    return RunDir(folder, summary, rows)
+        return RunDir(folder, recomputed, rows)
+    for key in ("tasks", "overall"):
+        if summary[key] != recomputed[key]:
+            raise RunDirError(f"{folder}: summary.json's {key} disagree with results.jsonl (edited or cut short?); "
+                              "`mechsandbox eval` writes both together")  # fmt: skip
+    return RunDir(folder, {**summary, "run": run}, rows)
+
+
+def _valid_row(row: dict[str, Any]) -> bool:
+    score, steps = row["score"], row["steps"]
+    numeric = isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0
+    counted = isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0
+    return numeric and counted and isinstance(row["task_id"], str) and isinstance(row["level"], str)
 
 
 def run_folders(roots: tuple[str, ...] | list[str]) -> dict[str, Path]:

@@ -81,15 +81,20 @@ def _wait_text(driver, element_id: str, contains: str, timeout: float = 120) -> 
     return driver.find_element(By.ID, element_id).text
 
 
-def _start(driver, url: str, family: str, level: str, seed: int) -> None:
+def _start(driver, url: str, family: str, level: str, seed: int, split: str = "train") -> None:
+    """Start an episode from the form: ``seed`` is the train seed, or the test index when ``split`` is test."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
     driver.get(f"{url}/web")
     Select(driver.find_element(By.ID, "family")).select_by_value(family)
     Select(driver.find_element(By.ID, "level")).select_by_value(level)
-    Select(driver.find_element(By.ID, "split")).select_by_value("train")
-    driver.find_element(By.ID, "seed").send_keys(str(seed))
+    Select(driver.find_element(By.ID, "split")).select_by_value(split)
+    names = ("seed", "index") if split == "train" else ("index", "seed")
+    field, other = (driver.find_element(By.ID, name) for name in names)
+    assert field.is_displayed() and not other.is_displayed()
+    field.clear()
+    field.send_keys(str(seed))
     driver.find_element(By.ID, "start").click()
     _wait_text(driver, "status", "episode started")
 
@@ -135,7 +140,8 @@ def test_a_snippet_error_is_an_error_and_markup_in_output_stays_text(served, bro
     from selenium.webdriver.common.by import By
 
     url, _ = served
-    _start(browser, url, "dead-neurons", "easy", 5)
+    _start(browser, url, "dead-neurons", "easy", 1, split="test")
+    assert "split test" in browser.find_element(By.ID, "episode-info").text
     failed = _run(browser, "1 / 0")
     assert "ZeroDivisionError" in failed.find_element(By.CSS_SELECTOR, ".snippet-error").text
     hostile = ("<b id='injected'>bold</b><img src=x onerror=\"document.title='pwned'\">"
@@ -144,6 +150,8 @@ def test_a_snippet_error_is_an_error_and_markup_in_output_stays_text(served, bro
     assert hostile in turn.find_element(By.CSS_SELECTOR, "pre.output").text  # shown as the text it is
     assert not browser.find_elements(By.ID, "injected") and browser.title == "MechSandbox playground"
     assert "1" in _run(browser, "print(1)").text  # the page still plays after the error
+    browser.find_element(By.ID, "submit").click()  # the example answer; a test episode never shows its truth
+    _wait_text(browser, "result", "never shown on the test split")
 
 
 def test_the_run_viewer_shows_a_real_run_with_the_summarys_numbers(served, browser, shots) -> None:

@@ -103,9 +103,9 @@ def _run_header(summary: Mapping[str, Any], name: str) -> str:
     return f'<p class="muted">{shown}</p>'
 
 
-def _action_text(action: Mapping[str, Any] | None) -> tuple[str, str]:
-    if not action:
-        return "none", ""
+def _action_text(action: Any) -> tuple[str, str]:
+    if not isinstance(action, Mapping) or not action:
+        return "none", _json(action) if action else ""
     for key in ("python_code", "solution_target", "solution_from"):
         if action.get(key) is not None:
             value = action[key]
@@ -122,7 +122,8 @@ def _json(value: Any) -> str:
 def _outcome(episode: Mapping[str, Any]) -> str:
     if episode.get("error"):
         return "error"
-    return "solved" if float(episode.get("score", 0)) >= SOLVED_SCORE else "unsolved"
+    score = episode.get("score")
+    return "solved" if isinstance(score, (int, float)) and score >= SOLVED_SCORE else "unsolved"
 
 
 def trajectories_section(run: RunDir) -> str:
@@ -130,13 +131,15 @@ def trajectories_section(run: RunDir) -> str:
     families, levels = set(), set()
     for number, episode in enumerate(run.trajectories()):
         if "unreadable" in episode:
-            unreadable.append(episode["unreadable"])
+            unreadable.append(str(episode["unreadable"]))
             continue
         family, level, outcome = str(episode.get("task_id", "?")), str(episode.get("level", "?")), _outcome(episode)
         families.add(family)
         levels.add(level)
         turns = []
-        for turn in episode.get("turns") or []:
+        for turn in episode.get("turns") if isinstance(episode.get("turns"), list) else []:
+            if not isinstance(turn, Mapping):
+                continue
             kind, text = _action_text(turn.get("action"))
             error = f'<p class="error">{esc(turn["error"])}</p>' if turn.get("error") else ""
             turns.append(f'<div class="turn"><span class="muted">step {esc(turn.get("step"))} &middot; {esc(kind)} '
