@@ -124,8 +124,9 @@ def test_the_playground_plays_an_episode_to_a_score(served, browser, shots) -> N
     assert "model" in names and "torch" in names
     turn = _run(browser, "print(model)")
     assert "Linear" in turn.text or "Sequential" in turn.text or "(" in turn.text
-    heat = _run(browser, 'print("@heatmap", json.dumps({"title": "a small matrix", "z": [[0, 1], [1, 0.5]]}))')
-    assert heat.find_elements(By.CSS_SELECTOR, "canvas.heatmap") and "a small matrix" in heat.text
+    nan = 'float("nan")'
+    heat = _run(browser, f'print("@heatmap", json.dumps({{"title": "NaN, Infinity", "z": [[0, 1], [{nan}, 0.5]]}}))')
+    assert heat.find_elements(By.CSS_SELECTOR, "canvas.heatmap") and "NaN, Infinity · 2 x 2" in heat.text
     answer = browser.find_element(By.ID, "answer")
     answer.clear()
     answer.send_keys(json.dumps(PLAN["actions"][-1]["solution_target"]))

@@ -187,7 +187,9 @@
   function heatmap(text) {
     let spec;
     try {
-      spec = JSON.parse(text.replace(/\bNaN\b|\bnan\b|-?\bInfinity\b|-?\binf\b/g, "null"));
+      // Python's json.dumps writes NaN, Infinity and -Infinity as bare words, which JSON lacks: as values only
+      // (after "[", "," or a space), never inside a string such as the title, they become null
+      spec = JSON.parse(text.replace(/(?<=[[,\s])-?(?:NaN|Infinity)(?=[\],\s])/g, "null"));
     } catch (err) {
       return null;
     }
