@@ -290,8 +290,9 @@ def test_the_leaderboard_command_reads_the_database(http: TestClient, service: S
     board = json.loads(subprocess.run([*command, "--json"], capture_output=True, text=True, timeout=120).stdout)
     served = {r["run_id"]: r for r in http.get("/leaderboard").json()["runs"]}
     mine = next(r for r in board["runs"] if r["run_id"] == run["run_id"])
+    assert served[run["run_id"]]["page"] == f"/web/runs/db/{run['run_id']}"  # the server links its run viewer
     assert {k: v for k, v in mine.items() if k not in ("rank", "group")} == {
-        k: v for k, v in served[run["run_id"]].items() if k not in ("rank", "group")
+        k: v for k, v in served[run["run_id"]].items() if k not in ("rank", "group", "page")
     }
     missing = subprocess.run([*command[:-1], "sqlite:////nonexistent/dir/x.sqlite"], capture_output=True, text=True,
                              timeout=120)  # fmt: skip
