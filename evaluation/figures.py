@@ -171,12 +171,23 @@ def svg_text(fig: Any) -> str:
     return buffer.getvalue()
 
 
+NAMES = ("scores", "levels", "steps")
+
+
+def draw(name: str, summary: Mapping[str, Any], rows: Iterable[Mapping[str, Any]],
+         baselines: Mapping[str, Mapping[str, Any]] | None = None) -> Any:  # fmt: skip
+    """One of ``NAMES`` as a Figure."""
+    if name == "steps":
+        return steps_figure(summary, rows)
+    return {"scores": scores_figure, "levels": levels_figure}[name](summary, baselines)
+
+
 def write_figures(summary: Mapping[str, Any], rows: list[Mapping[str, Any]], out: Path,
                   baselines: Mapping[str, Mapping[str, Any]] | None = None) -> list[Path]:  # fmt: skip
     """scores, levels and steps as SVG and 200-dpi PNG in ``out``; returns the paths written."""
     written = []
-    for name, fig in (("scores", scores_figure(summary, baselines)), ("levels", levels_figure(summary, baselines)),
-                      ("steps", steps_figure(summary, rows))):  # fmt: skip
+    for name in NAMES:
+        fig = draw(name, summary, rows, baselines)
         for fmt in FORMATS:
             path = out / f"{name}.{fmt}"
             _save(fig, path, fmt)

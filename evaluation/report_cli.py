@@ -38,7 +38,7 @@ def run_report(args: argparse.Namespace) -> int:
         if args.html:
             from ..web.pages import run_page
 
-            Path(args.html).write_text(run_page(run, baselines, inline=True))
+            Path(args.html).write_text(run_page(run, baselines, inline=True, figures=figures))  # the SVGs just drawn
     except OSError as exc:
         print(f"{prog}: cannot write ({exc.strerror or exc}): {exc.filename or ''}", file=sys.stderr)
         return 2

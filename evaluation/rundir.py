@@ -50,7 +50,7 @@ class RunDir:
                 yield {"unreadable": file.name}
                 continue
             if isinstance(data, dict):
-                yield {**data, "file": file.name}
+                yield data
             else:
                 yield {"unreadable": file.name}
 

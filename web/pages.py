@@ -11,10 +11,12 @@ from __future__ import annotations
 import base64
 import html
 from collections.abc import Iterable, Mapping
+from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
-from ..evaluation.figures import SOLVED_SCORE, levels_figure, run_levels, scores_figure, steps_figure, svg_text
+from ..evaluation.figures import NAMES, SOLVED_SCORE, draw, run_levels, svg_text
 from ..evaluation.report import interval_text
 from ..evaluation.rundir import RunDir
 from ..tasks import LEVELS
@@ -28,6 +30,7 @@ def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
+@cache  # four small files, read once per process instead of once per request
 def static_text(name: str) -> str:
     if name not in STATIC:
         raise KeyError(name)
@@ -57,9 +60,9 @@ def _svg_img(svg: str, alt: str) -> str:
     return f'<img alt="{esc(alt)}" src="data:image/svg+xml;base64,{data}">'
 
 
-def cell(value: Any, num: bool = False, raw: bool = False) -> str:
-    """A table cell; its text escaped unless ``raw`` (markup this module built)."""
-    text = str(value) if raw else esc(value)
+def cell(value: Any, num: bool = False) -> str:
+    """A table cell; its text escaped."""
+    text = esc(value)
     return f'<td class="num">{text}</td>' if num else f"<td>{text}</td>"
 
 
@@ -166,12 +169,25 @@ def _select(name: str, values: Iterable[str]) -> str:
     return f'<label>{name}<select id="filter-{name}"><option value="">all</option>{options}</select></label>'
 
 
-def run_page(run: RunDir, baselines: Mapping[str, Mapping[str, Any]] | None = None, inline: bool = False) -> str:
+ALT = {"scores": "mean score per family with 95% intervals", "levels": "mean score per family and level",
+       "steps": "steps to solve"}  # fmt: skip
+
+
+def _figure_svg(run: RunDir, name: str, folder: Path | None, baselines: Mapping[str, Mapping[str, Any]] | None) -> str:
+    """The SVG that ``mechsandbox eval`` or ``report`` already wrote into ``folder`` (drawn from the same summary),
+    else drawn now (a run from before the figures, or no folder given): a page view does not redraw what exists."""
+    saved = folder / f"{name}.svg" if folder is not None else None
+    if saved is not None and saved.is_file():
+        return saved.read_text()
+    return svg_text(draw(name, run.summary, run.rows, baselines))
+
+
+def run_page(run: RunDir, baselines: Mapping[str, Mapping[str, Any]] | None = None, inline: bool = False,
+             figures: Path | None = None) -> str:  # fmt: skip
+    """The run's page; ``figures``: the folder holding its SVGs (the run folder on the server, the folder ``report``
+    just drew into), else they are drawn."""
     summary = run.summary
-    figures = [(scores_figure(summary, baselines), "mean score per family with 95% intervals"),
-               (levels_figure(summary, baselines), "mean score per family and level"),
-               (steps_figure(summary, run.rows), "steps to solve")]  # fmt: skip
-    images = "".join(_svg_img(svg_text(fig), alt) for fig, alt in figures)
+    images = "".join(_svg_img(_figure_svg(run, name, figures, baselines), ALT[name]) for name in NAMES)
     body = (_run_header(summary, run.name) + "<h2>Scores</h2>" + summary_table(summary)
             + f'<h2>Figures</h2><div class="figure">{images}</div>' + trajectories_section(run))  # fmt: skip
     return shell(f"MechSandbox run: {run.name}", body, scripts=("runs.js",), inline=inline)
