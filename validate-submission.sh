@@ -120,7 +120,9 @@ if OUT=$(cd "$REPO_DIR" && "$OPENENV_BIN" validate "${LEVEL[@]}" 2>&1); then
     echo "$OUT" | grep -E '^Verdict:' | sed "s/^/  /; s/\$/ ($SKIPS checks skipped by openenv; 'openenv validate' says why)/"
 else
     fail "openenv validate failed"
-    echo "$OUT" | tail -n 20
+    # the checks that failed, each with the line of openenv's reason under it, then the verdict
+    echo "$OUT" | grep -A3 -E '^[[:space:]]*(FAIL|ERROR)[[:space:]]' | sed 's/^[[:space:]]*/  /'
+    echo "$OUT" | grep -E '^Verdict:' | sed 's/^/  /'
     stop 3
 fi
 
