@@ -86,7 +86,12 @@ def matrix_stats(
     """Spectral profile and entry statistics of one matrix (rotation-invariant and not). ``factors`` (A, B) with
     m = A @ B.T give the singular values from two thin QRs (a head's QK or OV has rank <= d_head)."""
     m = m.double()
-    sv = low_rank_svdvals(*factors) if factors is not None else torch.linalg.svdvals(m)
+    if factors is not None:  # the thin factors' R matrices, once for the spectrum and both sides' duplicate rows
+        a, b = (f.double() for f in factors)
+        ra, rb = torch.linalg.qr(a)[1], torch.linalg.qr(b)[1]
+        sv = torch.linalg.svdvals(ra @ rb.mT)
+    else:
+        sv = torch.linalg.svdvals(m)
     top = float(sv[0]) if sv.numel() else 0.0
     out = {f"{name}.fro": float(m.norm()), f"{name}.spec": top}
     for i in range(1, N_PROFILE):
@@ -104,8 +109,7 @@ def matrix_stats(
     lo, hi = torch.aminmax(flat)
     out[f"{name}.maxabs"] = max(-float(lo), float(hi)) / rms if rms > 0 else 0.0
     if factors is not None:  # rows of A @ B.T, compared through r-dim images of them (d^2 r, not d^3)
-        a, b = (f.double() for f in factors)
-        out[f"{name}.dups"] = float(duplicate_rows_factored(a, b) + duplicate_rows_factored(b, a))
+        out[f"{name}.dups"] = float(duplicate_rows(a @ rb.T) + duplicate_rows(b @ ra.T))
     else:
         out[f"{name}.dups"] = float(duplicate_rows(m) + duplicate_rows(m.T))
     return out
@@ -120,15 +124,10 @@ def low_rank_svdvals(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.linalg.svdvals(ra @ rb.mT)
 
 
-def duplicate_rows_factored(a: torch.Tensor, b: torch.Tensor, cos: float = 0.9999) -> int:
-    """:func:`duplicate_rows` of M = A B^T without forming M: row i of M is a_i B^T, and
-    <a_i B^T, a_j B^T> = a_i (B^T B) a_j^T = <a_i R^T, a_j R^T> with B = QR, so the rows of A R^T (d x r) have M's
-    rows' lengths and cosines. Why: the audit runs this on both sides of every head's QK and OV."""
-    return duplicate_rows(a @ torch.linalg.qr(b)[1].T, cos)
-
-
 def duplicate_rows(rows: torch.Tensor, cos: float = 0.9999) -> int:
-    """How many rows are (anti)parallel copies of another non-zero row."""
+    """How many rows are (anti)parallel copies of another non-zero row. For M = A B^T, :func:`matrix_stats` passes
+    the rows of A R^T (B = QR, d x r) instead of M's: <a_i B^T, a_j B^T> = a_i (B^T B) a_j^T = <a_i R^T, a_j R^T>,
+    so they have M's rows' lengths and cosines at d^2 r instead of d^3."""
     norms = rows.norm(dim=1)
     live = norms > 1e-6 * max(float(norms.max()) if norms.numel() else 0.0, 1e-30)
     if int(live.sum()) < 2:
