@@ -16,10 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
-
 from .models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from .openenv_core import EnvClient, StepResult
 
 
 class MechSandboxEnv(EnvClient[MechSandboxAction, MechSandboxObservation, MechSandboxState]):

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from .jsonvalue import AnswerError, check_json_value
+from .openenv_core import Action, Observation, State
 from .protocol import ACTION_FIELDS
 
 MAX_CODE_BYTES = 64 * 1024

@@ -28,16 +28,13 @@ import uvicorn
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from openenv.core.env_server.exceptions import SessionCapacityError
-from openenv.core.env_server.http_server import HTTPEnvServer
-from openenv.core.env_server.serialization import serialize_observation
-from openenv.core.env_server.types import ConcurrencyConfig
 from pydantic import BaseModel, ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from ..openenv_core import ConcurrencyConfig, HTTPEnvServer, SessionCapacityError, serialize_observation
 from ..protocol import one_line
 from ..results import ResultsUnavailable
 from . import clients

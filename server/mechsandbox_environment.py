@@ -13,11 +13,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import EnvironmentMetadata
-
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
+from ..openenv_core import Environment, EnvironmentMetadata
 from ..protocol import ACTION_FIELDS
 from ..tasks import LEVELS, families
 from .episode import Episode, EpisodeError

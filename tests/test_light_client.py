@@ -1,5 +1,6 @@
 """The agent side stays light: the typed client, the agents, the LLM agent and inference.py import
-neither torch nor any task family (each import runs in a fresh interpreter, since this one has both);
+neither torch nor any task family nor OpenEnv's Gradio interface (openenv_core.py says why: 3.8 s of the client's
+import); each import runs in a fresh interpreter, since this one has them all;
 ``select_tasks`` gives ``TASKS`` the meaning it had when it read the installed families."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from mechsandbox.tasks import families
 ROOT = Path(__file__).resolve().parents[1]
 REPORT = """
 import json, sys
-heavy = [m for m in sys.modules if m == "torch" or m.startswith(("torch.", "mechsandbox.tasks"))]
+heavy = [m for m in sys.modules if m in ("torch", "gradio") or m.startswith(("torch.", "gradio.", "mechsandbox.tasks"))]
 print(json.dumps(sorted(heavy)))
 """
 
@@ -45,6 +46,16 @@ def test_inference_script_imports_neither_torch_nor_tasks() -> None:
 def test_the_probe_sees_torch_when_it_is_loaded() -> None:
     loaded = heavy_modules_after("import mechsandbox.tasks")
     assert "torch" in loaded and "mechsandbox.tasks" in loaded
+    assert "gradio" in heavy_modules_after("import openenv.core")  # OpenEnv's own import brings its interface
+
+
+def test_the_server_leaves_openenvs_gradio_interface_unimported_and_gradio_usable() -> None:
+    """The server imports OpenEnv without its interface (openenv_core.py); gradio itself still imports afterwards, and
+    a program that imported gradio first keeps it."""
+    after = heavy_modules_after("import mechsandbox.server.app")
+    assert "torch" in after and not any(m == "gradio" or m.startswith("gradio.") for m in after)
+    assert "gradio" in heavy_modules_after("import mechsandbox.server.app, gradio")
+    assert "gradio" in heavy_modules_after("import gradio, mechsandbox.server.app")
 
 
 def test_select_tasks_reads_ids_aliases_and_all() -> None:
