@@ -120,9 +120,15 @@ if OUT=$(cd "$REPO_DIR" && "$OPENENV_BIN" validate "${LEVEL[@]}" 2>&1); then
     echo "$OUT" | grep -E '^Verdict:' | sed "s/^/  /; s/\$/ ($SKIPS checks skipped by openenv; 'openenv validate' says why)/"
 else
     fail "openenv validate failed"
-    # the checks that failed, each with the line of openenv's reason under it, then the verdict
-    echo "$OUT" | grep -A3 -E '^[[:space:]]*(FAIL|ERROR)[[:space:]]' | sed 's/^[[:space:]]*/  /'
-    echo "$OUT" | grep -E '^Verdict:' | sed 's/^/  /'
+    # the checks that failed with the lines of openenv's reason under them, and the verdict; where openenv printed
+    # no check (it crashed, or refused the manifest), its last lines
+    FAILED_CHECKS=$(echo "$OUT" | awk '/^[[:space:]]*(PASS|WARN|SKIP|FAIL|ERROR)[[:space:]]|^Verdict:/ { keep = /^[[:space:]]*(FAIL|ERROR)[[:space:]]/ } keep')
+    if [ -n "$FAILED_CHECKS" ]; then
+        echo "$FAILED_CHECKS" | sed 's/^[[:space:]]*/  /'
+        echo "$OUT" | grep -E '^Verdict:' | sed 's/^/  /' || true
+    else
+        echo "$OUT" | tail -n 20
+    fi
     stop 3
 fi
 

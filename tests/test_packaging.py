@@ -71,6 +71,23 @@ def test_submission_validator_runs_every_check_it_can(server) -> None:
     assert "Validation stopped at Step 2" in strict.stdout
 
 
+def test_submission_validator_shows_why_openenv_validate_failed(server, tmp_path: Path) -> None:
+    """A repository whose openenv.yaml OpenEnv refuses (a reversed reward range): step 3 fails, and the report shows
+    the failing check with openenv's reason and remedy under it, and the verdict."""
+    manifest = (ROOT / "openenv.yaml").read_text()
+    assert "reward: {range: [0.0, 1.0]" in manifest
+    (tmp_path / "openenv.yaml").write_text(manifest.replace("reward: {range: [0.0, 1.0]", "reward: {range: [1.0, 0.0]"))
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")  # never built: the docker step finds no engine
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",  # openenv beside this interpreter
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(["bash", str(ROOT / "validate-submission.sh"), server.url, str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, env=env)  # fmt: skip
+    assert out.returncode == 1 and "FAILED -- openenv validate failed" in out.stdout, out.stdout + out.stderr
+    report = out.stdout.split("FAILED -- openenv validate failed", 1)[1]
+    assert "FAIL  static.manifest" in report and "reward range must be strictly increasing" in report, report
+    assert "remediation:" in report and "Verdict: FAIL" in report and "Validation stopped at Step 3" in report
+
+
 def test_submission_validator_fails_on_an_unreachable_server(tmp_path) -> None:
     out = subprocess.run(["bash", str(ROOT / "validate-submission.sh"), "http://127.0.0.1:9", str(ROOT)],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
