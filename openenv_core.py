@@ -25,7 +25,7 @@ def _import_core_without_gradio() -> None:
     try:
         importlib.import_module("openenv.core")
     finally:
-        if "gradio" in sys.modules and sys.modules["gradio"] is None:
+        if sys.modules.get("gradio", False) is None:  # our marker, not a gradio OpenEnv imported regardless
             del sys.modules["gradio"]
 
 

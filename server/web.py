@@ -75,7 +75,7 @@ def register_web(app: FastAPI, service: Service) -> None:
             run = await run_in_threadpool(load_run, folder)
         except RunDirError as exc:
             return page(pages.message_page(f"Run {name}", str(exc)), 422)
-        return page(await run_in_threadpool(pages.run_page, run, None, False, run.path))
+        return page(await run_in_threadpool(pages.run_page, run, figures=run.path))  # the SVGs eval wrote
 
     @app.get("/web/runs/db/{run_id}", include_in_schema=False)
     async def database_run(run_id: str) -> HTMLResponse:

@@ -86,6 +86,7 @@ def test_submission_validator_shows_why_openenv_validate_failed(server, tmp_path
     report = out.stdout.split("FAILED -- openenv validate failed", 1)[1]
     assert "FAIL  static.manifest" in report and "reward range must be strictly increasing" in report, report
     assert "remediation:" in report and "Verdict: FAIL" in report and "Validation stopped at Step 3" in report
+    assert "Validation report for" not in report  # the checks and the verdict, not openenv's whole output
 
 
 def test_submission_validator_fails_on_an_unreachable_server(tmp_path) -> None:
