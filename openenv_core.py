@@ -3,7 +3,7 @@
 Why a module of its own: ``openenv.core`` imports ``openenv.core.env_server``, whose ``__init__`` imports OpenEnv's
 Gradio web interface whenever gradio is installed (and openenv-core requires gradio). MechSandbox never serves that
 interface (its own pages are at /web, docs/WEB.md; the image sets ENABLE_WEB_INTERFACE=false), yet importing it
-took 3.8 s of the typed client's 5.6 s import and 2-3 s of every server start (measured with
+took 3.9 s of the typed client's 5.6 s import and 2-3 s of every server start (measured with
 ``python -c "import mechsandbox.client"``, docs/PERFORMANCE.md, "Start-up"). OpenEnv guards that import with
 ``except ModuleNotFoundError`` and then leaves the interface out, which is the path it takes where gradio is absent;
 this module takes that same path by marking gradio absent while OpenEnv's core is first imported, and only then.

@@ -1,5 +1,5 @@
 """The agent side stays light: the typed client, the agents, the LLM agent and inference.py import
-neither torch nor any task family nor OpenEnv's Gradio interface (openenv_core.py says why: 3.8 s of the client's
+neither torch nor any task family nor OpenEnv's Gradio interface (openenv_core.py says why: 3.9 s of the client's
 import); each import runs in a fresh interpreter, since this one has them all;
 ``select_tasks`` gives ``TASKS`` the meaning it had when it read the installed families."""
 
