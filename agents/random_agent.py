@@ -43,7 +43,9 @@ class RandomAgent(Agent):
             }
         if kind is AnswerKind.ROLES:  # a label for every head
             layers, heads = int(schema["x-n-layers"]), int(schema["x-n-heads"])
-            return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay in range(layers) for h in range(heads)}
+            first = int(schema.get("x-first-layer", 0))  # head-roles 3: block 0 has no graded heads
+            graded = [(lay, h) for lay in range(first, layers) for h in range(heads)]
+            return {f"L{lay}H{h}": self.rng.choice(schema["x-roles"]) for lay, h in graded}
         if kind is AnswerKind.BASIS:  # a few random Gaussian directions
             d = int(schema["x-dim"])
             rows = self.rng.randint(1, min(d, 2 * int(schema["x-k-max"])))

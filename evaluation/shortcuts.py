@@ -157,8 +157,18 @@ def _table(keys: list[Any], groups: list[int], rows: list[dict[str, float]]) -> 
     return Components(keys, groups, names, np.array([[r[n] for n in names] for r in rows], dtype=np.float64))
 
 
+def earlier_mlp_writes(model: Any, layer: int) -> torch.Tensor:
+    """The write rows (W_out) of every MLP before ``layer``'s attention, stacked [units, d_model] (one zero row
+    where there is none): the neuron basis a head's circuits are read in by ``composed:qk_mlp`` / ``ov_mlp``."""
+    rows = [block.mlp.W_out.double() for block in model.blocks[:layer] if hasattr(block, "mlp")]
+    return torch.cat(rows) if rows else torch.zeros(1, model.cfg.d_model, dtype=torch.float64)
+
+
 def head_components(inst: Instance) -> Components:
-    """Every attention head, with its QK and OV profiles and those of its full circuits and compositions."""
+    """Every attention head, with its QK and OV profiles and those of its full circuits and compositions. In a
+    model with MLPs, also each head's circuits in the basis of the earlier MLPs' units (W_out QK W_out^T and
+    W_out OV): products along the residual path from those units, which a head reading decoded features meets
+    instead of the embeddings."""
     m = inst.model
     cfg = m.cfg
     with torch.no_grad():
@@ -188,6 +198,10 @@ def head_components(inst: Instance) -> Components:
                     "composed:ov_full": (we @ ov[lay, h] @ wu, (we @ v, wu.T @ o.T)),
                     "composed:ov_unembed": (ov[lay, h] @ wu, (v, wu.T @ o.T)),
                 }
+                if not cfg.attn_only:
+                    n = earlier_mlp_writes(m, lay)
+                    comp["composed:qk_mlp"] = (n @ qk[lay, h] @ n.T, (n @ q, n @ k))
+                    comp["composed:ov_mlp"] = (n @ ov[lay, h], (n @ v, o.T))
                 for name, (mat, fac) in comp.items():
                     stats = matrix_stats(name, mat, fac)
                     r.update({key: val for key, val in stats.items() if not key.endswith((".kurt", ".maxabs"))})
@@ -469,7 +483,15 @@ class RolesAdapter:
 
     def __init__(self, roles: Sequence[str]):
         self.roles = list(roles)
-        self.components = head_components
+
+    @staticmethod
+    def components(inst: Instance) -> Components:
+        """The graded heads: those of layers from the schema's ``x-first-layer`` on (head-roles 3's block 0 is
+        an MLP whose attention is switched off)."""
+        comp = head_components(inst)
+        first = int(inst.answer_schema.get("x-first-layer", 0))
+        keep = [i for i, g in enumerate(comp.groups) if g >= first]
+        return Components([comp.keys[i] for i in keep], [comp.groups[i] for i in keep], comp.names, comp.x[keep])
 
     def labels(self, inst: Instance, comp: Components) -> np.ndarray:
         return np.array([self.roles.index(inst.truth["roles"][f"L{lay}H{h}"]) for lay, h in comp.keys])

@@ -544,7 +544,7 @@ def spectral_target(s: Stream, bound: float, n: int, spread: tuple[float, float]
 
 
 def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, target: np.ndarray, pad: str,
-                 sink: str | None = None) -> None:  # fmt: skip
+                 sink: str | None = None, traceless: bool = False) -> None:  # fmt: skip
     """Rewrite one head's QK (``circuit="qk"``: W_Q W_K^T) or OV (``"ov"``: W_V W_O) so that its
     singular values are exactly ``target`` (sorted descending, one per head dimension) while every
     entry between dims outside ``pad`` / ``sink`` keeps its planted value -- so the head computes the same.
@@ -555,7 +555,8 @@ def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, tar
     p_i, q_i distinct dims of ``pad`` (QK: both sides read it; OV: the source side reads it) or of
     ``sink`` (OV: the destination side writes it). ``pad`` must be a subspace nothing writes and
     ``sink`` one nothing reads; the caller guarantees that. Needs target_i >= sigma_i (ValueError
-    otherwise) and ``pad`` / ``sink`` of at least d_head dims."""
+    otherwise) and ``pad`` / ``sink`` of at least d_head dims. ``traceless`` (QK): no direction pairs a pad dim
+    with itself (p_i != q_i), so the pad adds nothing to the trace (head-roles 3 keeps every role's trace zero)."""
     dh = p.cfg.d_head
     if circuit == "qk":
         left, right = p.W_Q[layer, head], p.W_K[layer, head]
@@ -572,13 +573,16 @@ def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, tar
     rank = int((sig > 1e-9 * max(float(sig[0]), 1e-300)).sum())
     if rank > dh or len(target) != dh or np.any(target[:rank] < sig[:rank] * (1 + 1e-9)):
         raise ValueError(f"target profile below the planted one (L{layer}H{head} {circuit})")
-    new = []
+    new, picked = [], []
     for (start, stop), vecs in zip((p.lay.spans[side[0]], p.lay.spans[side[1]]), (u.T, vt), strict=True):
         if stop - start < dh:
             raise ValueError("pad / sink subspaces need d_head dims")
         if rank and np.abs(vecs[:rank, start:stop]).max() > 1e-9:
             raise ValueError("the planted circuit already touches the pad / sink subspace")
         dims = [start + i for i in s.sample(stop - start, dh)]
+        while traceless and picked and any(a == b for a, b in zip(picked[0], dims, strict=True)):
+            dims = [start + i for i in s.sample(stop - start, dh)]
+        picked.append(dims)
         cols = np.zeros((p.cfg.d_model, dh))
         for i in range(dh):
             c = np.sqrt(sig[i] / target[i]) if i < rank else 0.0  # both sides lean in equally: the least noise

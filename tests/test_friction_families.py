@@ -77,7 +77,7 @@ print('ok')""",
     "reset-model": """
 clean = model(tokens[:3])
 with torch.no_grad():
-    model.blocks[0].attn.W_O.mul_(0.0)
+    model.blocks[-1].attn.W_O.mul_(0.0)
 assert not torch.equal(model(tokens[:3]), clean)
 reset_model()
 assert torch.equal(model(tokens[:3]), clean)
@@ -225,12 +225,12 @@ print('ok')""",
     "k-composition-scores": """
 def comp(a, b):
     return (a @ b).norm() / (a.norm() * b.norm())
-H = model.cfg.n_heads
+H, L = model.cfg.n_heads, model.cfg.n_layers
 kc = torch.zeros(H, H)
 for h0 in range(H):
-    ov = model.OV[0, h0].AB
+    ov = model.OV[L - 2, h0].AB
     for h1 in range(H):
-        kc[h0, h1] = comp(ov, model.QK[1, h1].AB.T)
+        kc[h0, h1] = comp(ov, model.QK[L - 1, h1].AB.T)
 assert kc.shape == (H, H) and bool(torch.isfinite(kc).all()) and bool((kc >= 0).all())
 print('ok')""",
     "path-patching-one-head": """

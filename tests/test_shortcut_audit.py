@@ -24,12 +24,7 @@ N_SEEDS = 40
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
-OPEN = {
-    ("head-roles", "composed"): "the positional QK circuit W_pos QK W_pos^T is each positional role's attention rule "
-    "itself (its effective rank names the offset; 0.59 at easy), and a softmax regression on all composed readings "
-    "(W_pos QK W_pos^T, W_E QK W_E^T, the compositions) labels 0.91 / 0.93 / 0.96; closing it needs roles whose "
-    "attention is not a function of one head's QK circuit alone",
-}
+OPEN: dict[tuple[str, str], str] = {}
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
 REPO = Path(__file__).resolve().parents[1]

@@ -11,7 +11,7 @@ print(model.cfg.n_layers, model.cfg.n_heads, n)
 """,
     """
 answer = {}
-for layer in range(model.cfg.n_layers):
+for layer in range(1, model.cfg.n_layers):  # block 0: an MLP, its attention off
     pat = cache["pattern", layer]
     scores = {
         "previous-token": pat[:, :, i[1:], i[1:] - 1].mean(dim=(0, 2)),
