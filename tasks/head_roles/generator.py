@@ -141,7 +141,8 @@ def decoded(lay: Layout) -> list[int]:
 
 def _n_units(vocab: int) -> int:
     dh = vocab + N_CTX + PAD_EXTRA
-    return 2 * (2 * N_CTX + 2 * vocab + N_FLAGS + 1 + vocab + dh)  # positions, tokens (twice), flags, const; silent
+    # two units per feature: positions and tokens (twice each), flags, the constant, and the silent prev and pad
+    return 2 * (2 * N_CTX + 2 * vocab + N_FLAGS + 1 + vocab + dh)
 
 
 def _embed(p: Planter, s: Stream, flags: list[list[int]]) -> None:
