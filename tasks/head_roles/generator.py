@@ -25,7 +25,9 @@ fires on the data, so the MLP has no linear part (dropping its ReLU
 gives zero). Its write map is an isometry (every feature a head reads is written by exactly two
 units of the same size, the never-firing features included), so the neuron-space circuits
 W_out QK W_out^T and W_out OV are the heads' own (layer-matched) spectra, and every head touches every
-feature by a tiny inert (or near-inert) term, so no reading counts a role's support. A head's role is
+feature by a tiny inert (or near-inert) term, so no count of non-zero rows gives a role's support. Open
+(docs/TASKS.md, "Open findings"): the units write one feature each, so the *entries* of W_out QK W_out^T are
+the planted circuit in a privileged basis, and counting its large ones gives the role. A head's role is
 readable by running the model, or by reading the MLP as the decoder it is.
 """
 
