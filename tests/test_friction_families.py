@@ -225,12 +225,13 @@ print('ok')""",
     "k-composition-scores": """
 def comp(a, b):
     return (a @ b).norm() / (a.norm() * b.norm())
-H, L = model.cfg.n_heads, model.cfg.n_layers
+H = model.cfg.n_heads
+src = 1 if float(model.blocks[0].attn.W_O.abs().sum()) == 0 else 0  # head-roles: block 0's attention is off
 kc = torch.zeros(H, H)
 for h0 in range(H):
-    ov = model.OV[L - 2, h0].AB
+    ov = model.OV[src, h0].AB
     for h1 in range(H):
-        kc[h0, h1] = comp(ov, model.QK[L - 1, h1].AB.T)
+        kc[h0, h1] = comp(ov, model.QK[src + 1, h1].AB.T)
 assert kc.shape == (H, H) and bool(torch.isfinite(kc).all()) and bool((kc >= 0).all())
 print('ok')""",
     "path-patching-one-head": """
