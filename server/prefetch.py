@@ -187,7 +187,10 @@ class Prefetcher:
         with self._cond:
             self.generated += 1
             if keep is None:
-                self._ready[(task_id, level)].append(item)
+                ready = self._ready[(task_id, level)]
+                # a refused reset may have handed an instance back while this one was generated: the bound holds
+                if len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total:
+                    ready.append(item)
             else:
                 self._prewarm_done += 1
                 done, total = self._prewarm_done, self._prewarm_total
