@@ -183,11 +183,11 @@ def support_profile(name: str, m: torch.Tensor) -> dict[str, float]:
     return out
 
 
-def head_components(inst: Instance) -> Components:
+def head_components(inst: Instance, first: int = 0) -> Components:
     """Every attention head, with its QK and OV profiles and those of its full circuits and compositions. In a
     model with MLPs, also each head's circuits in the basis of the earlier MLPs' units (W_out QK W_out^T and
     W_out OV): products along the residual path from those units, which a head reading decoded features meets
-    instead of the embeddings."""
+    instead of the embeddings. Heads of layers before ``first`` are left out (they are not graded)."""
     m = inst.model
     cfg = m.cfg
     with torch.no_grad():
@@ -199,7 +199,8 @@ def head_components(inst: Instance) -> Components:
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
         tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
-        for lay in range(cfg.n_layers):
+        for lay in range(first, cfg.n_layers):
+            n = None if cfg.attn_only else earlier_mlp_writes(m, lay)
             for h in range(cfg.n_heads):
                 r: dict[str, float] = {}
                 for name, mat in (("q", wq[lay, h]), ("k", wk[lay, h]), ("v", wv[lay, h]), ("o", wo[lay, h])):
@@ -217,8 +218,7 @@ def head_components(inst: Instance) -> Components:
                     "composed:ov_full": (we @ ov[lay, h] @ wu, (we @ v, wu.T @ o.T)),
                     "composed:ov_unembed": (ov[lay, h] @ wu, (v, wu.T @ o.T)),
                 }
-                if not cfg.attn_only:
-                    n = earlier_mlp_writes(m, lay)
+                if n is not None:
                     comp["composed:qk_mlp"] = (n @ qk[lay, h] @ n.T, (n @ q, n @ k))
                     comp["composed:ov_mlp"] = (n @ ov[lay, h], (n @ v, o.T))
                 for name, (mat, fac) in comp.items():
@@ -510,10 +510,7 @@ class RolesAdapter:
     def components(inst: Instance) -> Components:
         """The graded heads: those of layers from the schema's ``x-first-layer`` on (head-roles 3's block 0 is
         an MLP whose attention is switched off)."""
-        comp = head_components(inst)
-        first = int(inst.answer_schema.get("x-first-layer", 0))
-        keep = [i for i, g in enumerate(comp.groups) if g >= first]
-        return Components([comp.keys[i] for i in keep], [comp.groups[i] for i in keep], comp.names, comp.x[keep])
+        return head_components(inst, int(inst.answer_schema.get("x-first-layer", 0)))
 
     def labels(self, inst: Instance, comp: Components) -> np.ndarray:
         return np.array([self.roles.index(inst.truth["roles"][f"L{lay}H{h}"]) for lay, h in comp.keys])

@@ -120,8 +120,12 @@ class Prefetcher:
                 del self._handed[id(item)]
                 self.served -= 1
             ready = self._ready.get(pair)
-            if ready is not None and len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total:
+            if ready is not None and self._has_room(ready):
                 ready.appendleft(item)
+
+    def _has_room(self, ready: deque) -> bool:
+        """Whether one more instance fits this pair's queue and the pools' total (call under ``_cond``)."""
+        return len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total
 
     def stop(self, wait_s: float = 0.0) -> None:
         """Stop the thread (after the instance it is generating, waiting up to ``wait_s`` for it)."""
@@ -188,8 +192,7 @@ class Prefetcher:
             self.generated += 1
             if keep is None:
                 ready = self._ready[(task_id, level)]
-                # a refused reset may have handed an instance back while this one was generated: the bound holds
-                if len(ready) < self.depth and sum(map(len, self._ready.values())) < self.total:
+                if self._has_room(ready):  # a refused reset may have handed one back while this one was generated
                     ready.append(item)
             else:
                 self._prewarm_done += 1

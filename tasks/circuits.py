@@ -91,17 +91,23 @@ class Planter:
         head's score gains ``strength`` * x_q[dim_q] * x_k[dim_k] (after the 1/sqrt(d_head) scale).
         Each pair uses its own head dimension, so pairs do not interfere (len(pairs) <= d_head)."""
         scale = np.sqrt(np.sqrt(self.cfg.d_head))
-        used = int((np.abs(self.W_Q[layer, head]).sum(0) + np.abs(self.W_K[layer, head]).sum(0) > 0).sum())
-        for e, (dq, dk, strength) in enumerate(pairs, start=used):
+        for e, (dq, dk, strength) in enumerate(pairs, start=self.free_qk_dim(layer, head)):
             root = np.sqrt(abs(strength)) * scale
             self.W_Q[layer, head, dq, e] += root * np.sign(strength)
             self.W_K[layer, head, dk, e] += root
 
+    def free_qk_dim(self, layer: int, head: int) -> int:
+        """The first head dimension no QK pair uses yet (pairs are planted from dimension 0 on)."""
+        return int((np.abs(self.W_Q[layer, head]).sum(0) + np.abs(self.W_K[layer, head]).sum(0) > 0).sum())
+
+    def free_ov_dim(self, layer: int, head: int) -> int:
+        """The first head dimension no OV pair uses yet."""
+        return int((np.abs(self.W_V[layer, head]).sum(0) > 0).sum())
+
     def ov(self, layer: int, head: int, pairs: list[tuple[int, int, float]]) -> None:
         """Copy map: for each (source residual dim, destination residual dim, gain), the head
         writes gain * x_src[dim] into the destination dim (one head dimension per pair)."""
-        used = int((np.abs(self.W_V[layer, head]).sum(0) > 0).sum())
-        for e, (src, dst, gain) in enumerate(pairs, start=used):
+        for e, (src, dst, gain) in enumerate(pairs, start=self.free_ov_dim(layer, head)):
             self.W_V[layer, head, src, e] += 1.0
             self.W_O[layer, head, e, dst] += gain
 

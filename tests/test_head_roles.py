@@ -160,11 +160,6 @@ def test_roles_grader() -> None:
     assert result.rejected and "switched off" in result.message
 
 
-def _raw(inst) -> dict[str, torch.Tensor]:
-    m = inst.model
-    return {"W_E": m.W_E.detach().double(), "W_pos": m.W_pos.detach().double()}
-
-
 def test_block0_is_an_mlp_decoder_the_roles_need() -> None:
     """Block 0's attention and the later blocks' MLPs are exactly zero; without block 0's MLP output no head keeps
     its role (the heads read only what it decodes)."""
@@ -203,8 +198,8 @@ def test_no_linear_reading_of_the_embeddings(level: str) -> None:
                 assert abs(float(torch.trace(qk))) <= tol["trace"] * float(qk.norm()), (seed, lay, h)
 
 
-RAW_TOL = {  # about twice the maxima measured over seeds 0-2 (easy: the weight grid); version 2's duplicate-token
-    # heads had a trace of 0.3 of their norm, and its raw readings were the heads' circuits themselves (1.0)
+RAW_TOL = {  # 2-3x the maxima measured over seeds 0-2 (easy qk: the weight grid, measured 7e-10); in version 2 the raw
+    # readings were the heads' circuits themselves
     "easy": {"qk": 1e-6, "trace": 2e-4},
     "medium": {"qk": 0.01, "trace": 0.01},
     "hard": {"qk": 0.03, "trace": 0.02},

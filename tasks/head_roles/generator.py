@@ -124,7 +124,7 @@ def _layout(vocab: int) -> Layout:
     duplicate-token keys read: reading ``tok`` on both sides gave that role's QK a trace (st * (vocab - N_CTX)) where
     every other role's is zero, which any random projection of the weights (the embeddings' noise) showed."""
     lay = Layout()
-    dh = vocab + N_CTX + PAD_EXTRA
+    dh = _d_head(vocab)
     for name, dim in (("rawpos", N_CTX), ("rawtok", vocab), ("rawflag", N_FLAGS),  # what the embeddings hold
                       ("tok", vocab), ("tok2", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX),
                       ("pos2", N_CTX), ("const", 1),
@@ -141,8 +141,12 @@ def decoded(lay: Layout) -> list[int]:
     return [i for n in names for i in range(*lay.spans[n])]
 
 
+def _d_head(vocab: int) -> int:
+    return vocab + N_CTX + PAD_EXTRA  # the largest planted job (duplicate-token: vocab + N_CTX pairs) and spare
+
+
 def _n_units(vocab: int) -> int:
-    dh = vocab + N_CTX + PAD_EXTRA
+    dh = _d_head(vocab)
     # two units per feature: positions and tokens (twice each), flags, the constant, and the silent prev and pad
     return 2 * (2 * N_CTX + 2 * vocab + N_FLAGS + 1 + vocab + dh)
 
@@ -191,14 +195,13 @@ def _decoder(p: Planter, s: Stream) -> None:
 
 
 def _touch_all(p: Planter, s: Stream, layer: int, head: int) -> None:
-    """Make the head's QK and OV touch every decoded feature (how many it reads would otherwise count its
-    role's support in the neuron-space readings): QK gains TOUCH * (x_q . g) (x_k . const), constant over
-    keys, and TOUCH * (x_k . h), a near-inert key bias (|h| = 1); OV writes TOUCH * (x . g') into ``scr``,
-    which nothing reads."""
+    """Make the head's QK and OV touch every decoded feature (the number of non-zero rows of its unit-basis
+    readings would otherwise count its role's support; a count of large entries still does: the open finding).
+    QK gains TOUCH * (x_q . g) (x_k . const), constant over keys, and TOUCH * (x_k . h), a near-inert key bias
+    (|h| = 1); OV writes TOUCH * (x . g') into ``scr``, which nothing reads."""
     lay = p.lay
     dims = [d for d in decoded(lay) if not lay.spans["pad"][0] <= d < lay.spans["pad"][1]]
-    used_qk = int((np.abs(p.W_Q[layer, head]).sum(0) + np.abs(p.W_K[layer, head]).sum(0) > 0).sum())
-    used_ov = int((np.abs(p.W_V[layer, head]).sum(0) > 0).sum())
+    used_qk, used_ov = p.free_qk_dim(layer, head), p.free_ov_dim(layer, head)
     scale = np.sqrt(np.sqrt(p.cfg.d_head))
     g, h, g2 = (v / np.linalg.norm(v) for v in (s.normal(len(dims)), s.normal(len(dims)), s.normal(len(dims))))
     const = lay.idx("const")
@@ -266,7 +269,7 @@ def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
     lay = _layout(vocab)
-    dh = vocab + N_CTX + PAD_EXTRA
+    dh = _d_head(vocab)
     cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 4, d_head=dh, d_vocab=vocab,
                        n_ctx=N_CTX, d_mlp=_n_units(vocab), attn_only=False)  # fmt: skip
     graded = range(FIRST, N_LAYERS)
