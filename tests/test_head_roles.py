@@ -1,18 +1,32 @@
 """head-roles: every head's detection scores match its planted role with a margin, induction rests on
 K-composition, roles move with the seed, weight statistics do not predict roles, block 0 is an MLP-only decoder
-without which no head keeps its role and whose linear part is zero (version 3), and the grader."""
+without which no head keeps its role and whose linear part is zero (versions 3-4), whose units write dense mixtures
+of features that sum exactly to each code's features (version 4), and the grader."""
 
 from __future__ import annotations
 
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from baselines import head_stats
 from helpers import cached_instance, sweep_truths
 from mechsandbox.evaluation.shortcuts import earlier_mlp_writes, low_rank_svdvals
 from mechsandbox.tasks import LEVELS, get_family, grade
-from mechsandbox.tasks.head_roles.generator import FIRST, ROLES, detect_roles, role_scores
+from mechsandbox.tasks.circuits import Planter
+from mechsandbox.tasks.head_roles.generator import (
+    FIRST,
+    N_CTX,
+    ROLES,
+    block0,
+    config,
+    decoded,
+    detect_roles,
+    layout,
+    role_scores,
+)
+from mechsandbox.tasks.rng import Stream
 
 FAM = "head-roles"
 N_SEEDS = 100
@@ -204,3 +218,37 @@ RAW_TOL = {  # 2-3x the maxima measured over seeds 0-2 (easy qk: the weight grid
     "medium": {"qk": 0.01, "trace": 0.01},
     "hard": {"qk": 0.03, "trace": 0.02},
 }
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
+    """Version 4's decoder, planted alone (unrotated, noise-free): on every (position, token) the MLP writes exactly
+    the features the heads read (the position's ``pos``/``pos2``, the token's ``tok``/``tok2`` and flags, the
+    constant 1, nothing else); its write map is an isometry on the decoded features; its linear part is zero; and
+    no unit writes one feature: every write is a dense mixture (version 3's units each wrote one, which made the
+    entries of W_out QK W_out^T the planted circuit)."""
+    cfg = config(level)
+    lay = layout(cfg.d_vocab)
+    for seed in range(2):
+        p = Planter(cfg, lay)
+        flags = block0(p, Stream(seed, f"test/{level}"))
+        w_in, b_in, w_out = p.W_in[0], p.b_in[0], p.W_out[0]
+        assert p.mlp_used[0] == cfg.d_mlp
+        for i in range(N_CTX):
+            x = p.W_E + p.W_pos[i]  # every token at position i
+            out = np.maximum(x @ w_in + b_in, 0.0) @ w_out
+            want = np.zeros_like(out)
+            want[:, [lay.idx("pos", i), lay.idx("pos2", i), lay.idx("const")]] = 1.0
+            for t in range(cfg.d_vocab):
+                want[t, [lay.idx("tok", t), lay.idx("tok2", t)]] = 1.0
+                want[t, [lay.idx(f"flag{f}") for f, tokens in enumerate(flags) if t in tokens]] = 1.0
+            assert np.abs(out - want).max() <= 1e-9, (seed, i)
+        feats = decoded(lay)
+        gram = w_out.T @ w_out
+        gamma = gram[feats[0], feats[0]]
+        assert np.abs(gram[np.ix_(feats, feats)] - gamma * np.eye(len(feats))).max() <= 1e-9 * gamma
+        assert np.abs(np.delete(gram, feats, axis=0)).max() == 0.0, "nothing outside the decoded features"
+        assert np.abs(w_in @ w_out).max() <= 1e-12, "the ReLU dropped, the MLP writes nothing"
+        share = (w_out**2).max(axis=1) / (w_out**2).sum(axis=1)  # the largest feature's share of each write
+        spread = (w_out**2).sum(axis=1) ** 2 / (w_out**4).sum(axis=1)  # participation ratio: features written
+        assert share.max() <= 0.2 and spread.min() >= len(feats) / 8, (seed, share.max(), spread.min())

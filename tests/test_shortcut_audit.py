@@ -24,12 +24,7 @@ N_SEEDS = 40
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
-OPEN = {
-    ("head-roles", "composed"): "version 3's heads read features that block 0's units write one per unit, so a "
-    "head's circuit read in the unit basis (W_out QK W_out^T) is the planted circuit in a privileged basis: the "
-    "counts of its large entries give the role (0.61 / 0.58 / 0.58 learned; a red team's support profile 0.76-0.91); "
-    "closing it needs units whose writes are dense mixtures of features (several units firing per code)",
-}
+OPEN: dict[tuple[str, str], str] = {}  # none open (head-roles' composed finding: closed by version 4)
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ from . import generator, reference
 
 
 def grade(answer: Any, truth: dict) -> Grade:
-    """Chance-corrected accuracy over every graded head (a head left out counts as wrong). Version 3's block 0
+    """Chance-corrected accuracy over every graded head (a head left out counts as wrong). Versions 3-4's block 0
     has its attention switched off: its heads may be labelled "none" (they are) and are not graded."""
     given = parse_roles(answer, generator.ROLES, truth["n_layers"], truth["n_heads"])
     first = truth.get("first_layer", 0)

@@ -15,23 +15,23 @@ A head's role is the role whose score reaches THRESHOLD (at most one can); other
 graded block's role multiset contains every role it can hold plus extra draws, so some role always
 appears twice in a block (a redundant pair). The generator checks every head's scores with a margin.
 
-Why block 0 (version 3, issue 16): in an attention-only model a first-layer head's scores are exactly
+Why block 0 (versions 3-4, issue 16): in an attention-only model a first-layer head's scores are exactly
 the bilinear form of the embeddings, so W_pos QK W_pos^T *is* a positional head's rule and
 W_E QK W_E^T a content head's, and the role is a weight reading. Here the embeddings carry only raw
-codes (positions, tokens and flags as signed one-hot codes) that no head reads; block 0's MLP decodes
-them into the features the heads read (one-hot positions, tokens, flags, a constant), and every
-decoder unit has a partner reading the opposite direction and writing the same vector, which never
-fires on the data, so the MLP has no linear part (dropping its ReLU
-gives zero). Its write map is an isometry (every feature a head reads is written by exactly two
-units of the same size, the never-firing features included), so the neuron-space circuits
-W_out QK W_out^T and W_out OV are the heads' own (layer-matched) spectra, and every head touches every
-feature by a tiny inert (or near-inert) term, so no count of non-zero rows gives a role's support. Open
-(docs/TASKS.md, "Open findings"): the units write one feature each, so the *entries* of W_out QK W_out^T are
-the planted circuit in a privileged basis, and counting its large ones gives the role. A head's role is
-readable by running the model, or by reading the MLP as the decoder it is.
+codes (positions and tokens as signed one-hot codes) that no head reads; block 0's MLP decodes them into the
+features the heads read (one-hot positions and tokens, twice each, the token's flags, a constant). Version 4's
+decoder (decoder.py) has no unit that writes one feature: each unit reads a few codes and writes a dense
+mixture, the firing units of a code summing to its features exactly, and never-firing units complete the
+write map to an isometry; so a head's circuits read in the unit basis, W_out QK W_out^T and W_out OV, have
+the head's own (layer-matched) spectra and no entry that is a planted one (version 3's units wrote one feature
+each, and counting the large entries of W_out QK W_out^T named the role). Every head touches every feature by
+a tiny inert (or near-inert) term. A head's role is readable by running the model, or by reading the MLP as the
+decoder it is (which units fire on which code, from W_in) and the heads in the decoded basis.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -50,10 +50,10 @@ from ..circuits import (
     spectral_target,
 )
 from ..rng import Stream
-from . import prompt
+from . import decoder, prompt
 
 TASK_ID = "head-roles"
-VERSION = "3"
+VERSION = "4"
 ROLES = ("previous-token", "duplicate-token", "induction", "attend-to-first", "local", "none")
 FIRST_ROLES = ("previous-token", "duplicate-token", "attend-to-first", "local", "none")  # block 1: no induction
 HALF, N_PROBE, N_LAYERS = 8, 64, 3
@@ -65,10 +65,6 @@ PLANTED_MIN, OTHER_MAX = 0.55, 0.25  # enforced by the generator
 N_FLAGS = 3
 PAD_EXTRA = 8  # head dims beyond the largest planted job
 QK_MAX, OV_MAX = 8.0, 2.0  # the largest planted score strength and copy gain (bounds of the spectral targets)
-# block 0's decoders: every raw code is a signed one-hot of size 1; a unit reads one code direction (gain 4) with
-# bias -3, so it fires at 1 on its code and stays at -3 elsewhere; a never-firing unit reads the mean direction of
-# three codes of one kind (an input holds one position code and one token code), which reaches only 4/sqrt(3) - 3
-CUT = 3.0
 TOUCH = 0.01  # strength of the inert terms that make every head touch every decoded feature
 
 
@@ -119,13 +115,13 @@ def detect_roles(
     return roles, scores
 
 
-def _layout(vocab: int) -> Layout:
+def layout(vocab: int) -> Layout:
     """The unrotated residual basis. ``tok2`` / ``pos2`` are second decoded copies of the token and position that
     duplicate-token keys read: reading ``tok`` on both sides gave that role's QK a trace (st * (vocab - N_CTX)) where
     every other role's is zero, which any random projection of the weights (the embeddings' noise) showed."""
     lay = Layout()
     dh = _d_head(vocab)
-    for name, dim in (("rawpos", N_CTX), ("rawtok", vocab), ("rawflag", N_FLAGS),  # what the embeddings hold
+    for name, dim in (("rawpos", N_CTX), ("rawtok", vocab),  # what the embeddings hold
                       ("tok", vocab), ("tok2", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX),
                       ("pos2", N_CTX), ("const", 1),
                       ("pad", dh), ("sink", dh)):  # fmt: skip
@@ -146,21 +142,16 @@ def _d_head(vocab: int) -> int:
 
 
 def _n_units(vocab: int) -> int:
-    dh = _d_head(vocab)
-    # two units per feature: positions and tokens (twice each), flags, the constant, and the silent prev and pad
-    return 2 * (2 * N_CTX + 2 * vocab + N_FLAGS + 1 + vocab + dh)
+    return decoder.n_units([N_CTX, vocab], len(decoded(layout(vocab))))
 
 
-def _embed(p: Planter, s: Stream, flags: list[list[int]]) -> None:
-    """Raw codes only: each position and each token a signed one-hot code, each flag a signed bit on its tokens;
-    the unembedding reads ``out`` (what heads write there)."""
+def _embed(p: Planter, s: Stream) -> None:
+    """Raw codes only: each position and each token a signed one-hot code; the unembedding reads ``out`` (what heads
+    write there). Flags are a function of the token, decoded by block 0 from the token's code."""
     lay, vocab = p.lay, p.cfg.d_vocab
     for t in range(vocab):
         p.W_E[t, lay.idx("rawtok", t)] = _sign(s)
         p.W_U[lay.idx("out", t), t] = 1.0
-    for f, tokens in enumerate(flags):
-        for t in tokens:
-            p.W_E[t, lay.idx("rawflag", f)] = _sign(s)
     for i in range(N_CTX):
         p.W_pos[i, lay.idx("rawpos", i)] = _sign(s)
 
@@ -169,34 +160,53 @@ def _sign(s: Stream) -> float:
     return 1.0 if s.below(2) else -1.0
 
 
-def _unit_pair(p: Planter, reads: list[tuple[int, float]], dim: int) -> None:
-    """Two units reading opposite directions (``reads``, unit norm, and minus it), both writing ``dim``: a code
-    fires at most one of them, and their linear parts cancel (the MLP without its ReLU writes nothing)."""
-    for sign in (1.0, -1.0):
-        p.mlp_unit(0, [(d, sign * (CUT + 1.0) * w) for d, w in reads], -CUT, [(dim, 1.0)])
-
-
-def _decoder(p: Planter, s: Stream) -> None:
-    """Block 0's MLP: the features every head reads, decoded from the raw codes (two units per feature)."""
+def _decoder(p: Planter, s: Stream, flags: list[list[int]]) -> None:
+    """Block 0's MLP (tasks/head_roles/decoder.py): a position decodes to its ``pos`` and ``pos2`` features and the
+    constant, a token to its ``tok`` and ``tok2`` features and its flags; ``prev`` and the pad are decoded from
+    nothing (what block 1 writes later, the spectral pad), so only the never-firing units and the firing units'
+    cancelling parts write them."""
     lay = p.lay
-    for raw, feature in (("rawpos", "pos"), ("rawpos", "pos2"), ("rawtok", "tok"), ("rawtok", "tok2")):
-        for i in range(lay.dim(raw)):
-            _unit_pair(p, [(lay.idx(raw, i), 1.0)], lay.idx(feature, i))
-    for f in range(N_FLAGS):
-        _unit_pair(p, [(lay.idx("rawflag", f), 1.0)], lay.idx(f"flag{f}"))
-    for _ in range(2):  # the constant: two always-on units of half the activation
-        p.mlp_unit(0, [], 0.5, [(lay.idx("const"), 1.0)])
-    # the features nothing decodes on the data (what block 1 writes later, the spectral pad): never-firing pairs
-    for name in ("prev", "pad"):
-        for i in range(lay.dim(name)):
-            raw = s.pick(("rawpos", "rawtok"))
-            codes = s.sample(lay.dim(raw), 3)
-            _unit_pair(p, [(lay.idx(raw, c), _sign(s) / np.sqrt(3.0)) for c in codes], lay.idx(name, i))
+    features = decoded(lay)
+    col = {dim: j for j, dim in enumerate(features)}
+
+    def rows(n: int, names: Callable[[int], list[int]]) -> np.ndarray:
+        """Targets: each code's features at 1, and half the constant (each input holds one code of each kind; so
+        no kind's column of exact writes is heavier than a one-hot feature's)."""
+        t = np.zeros((n, len(features)))
+        t[:, col[lay.idx("const")]] = 0.5
+        for c in range(n):
+            t[c, [col[dim] for dim in names(c)]] = 1.0
+        return t
+
+    pos = decoder.Kind(
+        [(lay.idx("rawpos", i), float(p.W_pos[i, lay.idx("rawpos", i)])) for i in range(N_CTX)],
+        rows(N_CTX, lambda i: [lay.idx("pos", i), lay.idx("pos2", i)]),
+    )
+    flagged = [[lay.idx(f"flag{f}") for f, tokens in enumerate(flags) if t in tokens] for t in range(p.cfg.d_vocab)]
+    tok = decoder.Kind(
+        [(lay.idx("rawtok", t), float(p.W_E[t, lay.idx("rawtok", t)])) for t in range(p.cfg.d_vocab)],
+        rows(p.cfg.d_vocab, lambda t: [lay.idx("tok", t), lay.idx("tok2", t), *flagged[t]]),
+    )
+    decoder.plant(p, s, [pos, tok], features)
+
+
+def config(level: str) -> HookedConfig:
+    vocab, n_heads, _ = LEVELS[level]
+    return HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=layout(vocab).size + 4, d_head=_d_head(vocab),
+                        d_vocab=vocab, n_ctx=N_CTX, d_mlp=_n_units(vocab), attn_only=False)  # fmt: skip
+
+
+def block0(p: Planter, s: Stream) -> list[list[int]]:
+    """The embeddings' raw codes and block 0's decoder, planted into ``p``; returns the flags (tokens per flag)."""
+    _embed(p, s)
+    flags = [[t for t in range(p.cfg.d_vocab) if s.below(4) == 0] for _ in range(N_FLAGS)]
+    _decoder(p, s, flags)
+    return flags
 
 
 def _touch_all(p: Planter, s: Stream, layer: int, head: int) -> None:
-    """Make the head's QK and OV touch every decoded feature (the number of non-zero rows of its unit-basis
-    readings would otherwise count its role's support; a count of large entries still does: the open finding).
+    """Make the head's QK and OV touch every decoded feature (the number of non-zero rows of its readings in the
+    decoded basis would otherwise count its role's support; in the unit basis, version 4's dense writes hide it).
     QK gains TOUCH * (x_q . g) (x_k . const), constant over keys, and TOUCH * (x_k . h), a near-inert key bias
     (|h| = 1); OV writes TOUCH * (x . g') into ``scr``, which nothing reads."""
     lay = p.lay
@@ -230,7 +240,7 @@ def _plant(p: Planter, s: Stream, layer: int, head: int, role: str, vocab: int, 
         attend_offset(p, layer, head, s.pick((2, 3)), st)
     elif role == "attend-to-first":
         attend_flag(p, layer, head, lay.idx("pos", 0), st)
-    elif role == "duplicate-token":  # same token, but not itself; keys read the second copies (see _layout)
+    elif role == "duplicate-token":  # same token, but not itself; keys read the second copies (see layout)
         pairs = [(lay.idx("tok", t), lay.idx("tok2", t), st) for t in toks]
         pairs += [(lay.idx("pos", i), lay.idx("pos2", i), -st) for i in range(N_CTX)]
         p.qk(layer, head, pairs)
@@ -268,18 +278,16 @@ def _switch_off(model: HookedTransformer) -> None:
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
-    lay = _layout(vocab)
+    lay = layout(vocab)
     dh = _d_head(vocab)
-    cfg = HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=lay.size + 4, d_head=dh, d_vocab=vocab,
-                       n_ctx=N_CTX, d_mlp=_n_units(vocab), attn_only=False)  # fmt: skip
+    cfg = config(level)
     graded = range(FIRST, N_LAYERS)
     roles = {(layer, h): r for layer in graded for h, r in enumerate(_layer_roles(s, layer, n_heads))}
     # one QK and one OV singular-value profile per block, from constants only (see circuits.pad_spectrum)
     targets = {layer: (spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for layer in graded}
     while True:
         p = Planter(cfg, lay)
-        _embed(p, s, [[t for t in range(vocab) if s.below(4) == 0] for _ in range(N_FLAGS)])
-        _decoder(p, s)
+        block0(p, s)
         first_prev = min(h for (layer, h), r in roles.items() if layer == FIRST and r == "previous-token")
         for (layer, head), role in roles.items():
             _plant(p, s, layer, head, role, vocab, copies_prev=(layer, head) == (FIRST, first_prev))
