@@ -164,7 +164,10 @@ class Planter:
             resid = resid + torch.einsum("bhqk,bkd,hdf->bqf", pattern, resid, ov_kept[layer])
         return out
 
-    def build(self, s: Stream, noise: float, rotate: bool = True) -> HookedTransformer:
+    def build(self, s: Stream, noise: float, rotate: bool = True, off: tuple[str, ...] = ()) -> HookedTransformer:
+        """The model: the plan in a random residual basis (``rotate``), with dense ``noise`` on every weight but
+        those whose name starts with one of ``off`` (switched-off parts, e.g. head-roles' block-0 attention: left
+        exactly zero, and no noise drawn for them, which was 40% of that family's build)."""
         cfg = self.cfg
         d, dh = cfg.d_model, cfg.d_head
         rot = s.orthogonal(d) if rotate else np.eye(d)
@@ -202,6 +205,9 @@ class Planter:
         model = HookedTransformer(cfg)
         with torch.no_grad():
             for name, param in model.named_parameters():
+                if name.startswith(off):
+                    param.zero_()
+                    continue
                 base = values.get(name, np.zeros(tuple(param.shape)))
                 if noise:
                     base = base + s.normal(*param.shape, scale=noise)

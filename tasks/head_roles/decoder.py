@@ -109,4 +109,6 @@ def plant(p: Planter, s: Stream, kinds: list[Kind], features: list[int]) -> floa
 
 
 def _unit(p: Planter, reads: list[tuple[int, float]], features: list[int], write: np.ndarray) -> None:
-    p.mlp_unit(0, reads, -CUT, [(dim, float(w)) for dim, w in zip(features, write, strict=True)])
+    u = p.mlp_used[0]
+    p.mlp_unit(0, reads, -CUT, [])
+    p.W_out[0, u, features] = write  # a dense row: one assignment, not a (dim, weight) pair per feature

@@ -265,14 +265,9 @@ def _probe(s: Stream, vocab: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def _switch_off(model: HookedTransformer) -> None:
+def _switched_off() -> tuple[str, ...]:
     """Block 0 has no attention and blocks 1.. no MLP: their weights are exactly zero (no noise either)."""
-    with torch.no_grad():
-        for param in model.blocks[0].attn.parameters():
-            param.zero_()
-        for block in model.blocks[FIRST:]:
-            for param in block.mlp.parameters():
-                param.zero_()
+    return ("blocks.0.attn.", *(f"blocks.{layer}.mlp." for layer in range(FIRST, N_LAYERS)))
 
 
 def generate(seed: int, level: str) -> Instance:
@@ -294,8 +289,7 @@ def generate(seed: int, level: str) -> Instance:
         for layer, head in roles:  # every head of a block: the same QK and the same OV spectrum
             pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad", traceless=True)
             pad_spectrum(p, s, layer, head, "ov", targets[layer][1], "pad", "sink")
-        model = p.build(s, noise)
-        _switch_off(model)
+        model = p.build(s, noise, off=_switched_off())
         tokens = _probe(s, vocab)
         _, scores = detect_roles(model, tokens)
         ok = True
