@@ -186,6 +186,28 @@ def support_profile(name: str, m: torch.Tensor) -> dict[str, float]:
     return out
 
 
+def shared_subspaces(
+    wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor, first: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Projectors that remove the d_head-dim subspace the graded heads share most, on the side heads read (the
+    column spaces of W_Q, W_K and W_V) and on the side they write (those of W_O^T): sum every head's projectors,
+    take the top d_head eigenvectors. Why: a padding that gives every head one spectral profile by leaning each
+    head's circuit into one common subspace nothing uses on the data (head-roles' and induction-circuit's
+    ``pad_spectrum``) is found this way, and stripping it gives back the planted circuit exactly (a red team,
+    2026-12-04: head-roles 4's roles from the stripped QK's rank, 0.99 at every level with no training)."""
+    d, dh = wq.shape[-2], wq.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64)
+    strip = []
+    for mats in ((wq, wk, wv), (wo.mT,)):
+        acc = torch.zeros(d, d, dtype=torch.float64)
+        for w in mats:
+            basis = torch.linalg.qr(w[first:].reshape(-1, d, dh))[0]  # [heads, d, d_head]
+            acc += torch.einsum("hdr,her->de", basis, basis)
+        top = torch.linalg.eigh(acc)[1][:, -dh:]
+        strip.append(eye - top @ top.T)
+    return strip[0], strip[1]
+
+
 def head_components(inst: Instance, first: int = 0) -> Components:
     """Every attention head, with its QK and OV profiles and those of its full circuits and compositions. In a
     model with MLPs, also each head's circuits in the basis of the earlier MLPs' units (W_out QK W_out^T and
@@ -198,6 +220,7 @@ def head_components(inst: Instance, first: int = 0) -> Components:
         we, wpos, wu = m.W_E.double(), m.W_pos.double(), m.W_U.double()
         comp_scores = composition_scores(wq, wk, wv, wo)
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
+        strip_in, strip_out = shared_subspaces(wq, wk, wv, wo, first)
         tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
         for lay in range(first, cfg.n_layers):
@@ -218,6 +241,9 @@ def head_components(inst: Instance, first: int = 0) -> Components:
                     "composed:qk_pos_tok": (wpos @ q, we @ k),
                     "composed:ov_full": (we @ v, wu.T @ o.T),
                     "composed:ov_unembed": (v, wu.T @ o.T),
+                    # the circuits with the subspace every head shares stripped (shared_subspaces)
+                    "composed:qk_stripped": (strip_in @ q, strip_in @ k),
+                    "composed:ov_stripped": (strip_in @ v, strip_out @ o.T),
                 }
                 if n is not None:
                     comp["composed:qk_mlp"] = (n @ q, n @ k)
