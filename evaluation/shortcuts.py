@@ -81,19 +81,24 @@ N_PROFILE = 8
 
 
 def matrix_stats(
-    name: str, m: torch.Tensor, factors: tuple[torch.Tensor, torch.Tensor] | None = None
+    name: str, m: torch.Tensor | None, factors: tuple[torch.Tensor, torch.Tensor] | None = None
 ) -> dict[str, float]:
     """Spectral profile and entry statistics of one matrix (rotation-invariant and not). ``factors`` (A, B) with
-    m = A @ B.T give the singular values from two thin QRs (a head's QK or OV has rank <= d_head)."""
-    m = m.double()
+    m = A @ B.T give the singular values from two thin QRs (a head's QK or OV has rank <= d_head). With factors,
+    ``m`` may be None: then the matrix is never formed and the entry statistics (kurtosis, max-abs) are left out,
+    which is what a reading in a basis without meaning needs (its Frobenius norm is the singular values')."""
+    m = m.double() if m is not None else None
     if factors is not None:  # the thin factors' R matrices, once for the spectrum and both sides' duplicate rows
         a, b = (f.double() for f in factors)
         ra, rb = torch.linalg.qr(a)[1], torch.linalg.qr(b)[1]
         sv = torch.linalg.svdvals(ra @ rb.mT)
-    else:
+    elif m is not None:
         sv = torch.linalg.svdvals(m)
+    else:
+        raise ValueError("matrix_stats needs the matrix or its factors")
     top = float(sv[0]) if sv.numel() else 0.0
-    out = {f"{name}.fro": float(m.norm()), f"{name}.spec": top}
+    fro = float(m.norm()) if m is not None else float(sv.norm())
+    out = {f"{name}.fro": fro, f"{name}.spec": top}
     for i in range(1, N_PROFILE):
         out[f"{name}.sv{i}"] = float(sv[i] / top) if i < sv.numel() and top > 0 else 0.0
     p = sv / sv.sum().clamp_min(1e-30)
@@ -101,6 +106,9 @@ def matrix_stats(
     out[f"{name}.num_rank"] = float((sv > 1e-3 * max(top, 1e-30)).sum())
     # entry statistics in few passes over the entries (a head's QK is d_model^2 of them, and this ran for every
     # head of every audited instance): squared deviations once, their moments as dot products
+    if m is None:
+        out[f"{name}.dups"] = float(duplicate_rows(a @ rb.T) + duplicate_rows(b @ ra.T))
+        return out
     flat = m.flatten()
     sq_dev = (flat - flat.mean()).square_()
     var = float(sq_dev.mean())
@@ -249,14 +257,12 @@ def head_components(inst: Instance, first: int = 0) -> Components:
                     comp["composed:qk_mlp"] = (n @ q, n @ k)
                     comp["composed:ov_mlp"] = (n @ v, o.T)
                 for name, fac in comp.items():
-                    # through the factors, not the d_model-square circuit: 4x fewer flops for the unit basis (hard
-                    # head-roles: 520 units, d_model 360, d_head 64)
-                    mat = fac[0] @ fac[1].T
-                    stats = matrix_stats(name, mat, fac)
-                    r.update({key: val for key, val in stats.items() if not key.endswith((".kurt", ".maxabs"))})
                     if name in UNIT_BASIS:  # a privileged basis: its entries, not only its spectrum, mean something
-                        r.update({key: stats[key] for key in (f"{name}.kurt", f"{name}.maxabs")})
+                        mat = fac[0] @ fac[1].T  # through the factors: 4x fewer flops than n @ qk @ n.T
+                        r.update(matrix_stats(name, mat, fac))
                         r.update(support_profile(name, mat))
+                    else:  # a rotated basis: the spectrum only, and the matrix is never formed
+                        r.update(matrix_stats(name, None, fac))
                 r.update(_composition(comp_scores, tops, lay, h))
                 keys.append((lay, h))
                 groups.append(lay)
