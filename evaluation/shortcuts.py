@@ -104,11 +104,14 @@ def matrix_stats(
     p = sv / sv.sum().clamp_min(1e-30)
     out[f"{name}.eff_rank"] = float(torch.exp(-(p * torch.log(p + 1e-30)).sum()))
     out[f"{name}.num_rank"] = float((sv > 1e-3 * max(top, 1e-30)).sum())
+    if factors is not None:  # rows of A @ B.T, compared through r-dim images of them (d^2 r, not d^3)
+        out[f"{name}.dups"] = float(duplicate_rows(a @ rb.T) + duplicate_rows(b @ ra.T))
+    else:
+        out[f"{name}.dups"] = float(duplicate_rows(m) + duplicate_rows(m.T))
+    if m is None:
+        return out
     # entry statistics in few passes over the entries (a head's QK is d_model^2 of them, and this ran for every
     # head of every audited instance): squared deviations once, their moments as dot products
-    if m is None:
-        out[f"{name}.dups"] = float(duplicate_rows(a @ rb.T) + duplicate_rows(b @ ra.T))
-        return out
     flat = m.flatten()
     sq_dev = (flat - flat.mean()).square_()
     var = float(sq_dev.mean())
@@ -116,10 +119,6 @@ def matrix_stats(
     rms = float(torch.dot(flat, flat) / flat.numel()) ** 0.5
     lo, hi = torch.aminmax(flat)
     out[f"{name}.maxabs"] = max(-float(lo), float(hi)) / rms if rms > 0 else 0.0
-    if factors is not None:  # rows of A @ B.T, compared through r-dim images of them (d^2 r, not d^3)
-        out[f"{name}.dups"] = float(duplicate_rows(a @ rb.T) + duplicate_rows(b @ ra.T))
-    else:
-        out[f"{name}.dups"] = float(duplicate_rows(m) + duplicate_rows(m.T))
     return out
 
 

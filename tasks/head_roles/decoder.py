@@ -48,13 +48,17 @@ class Kind:
 
 def n_units(kinds_codes: list[int], n_features: int) -> int:
     """Units the decoder needs: a partner for each firing unit, and two never-firing units per feature."""
-    return 2 * sum(n * READ_BY // READS for n in kinds_codes) + 2 * n_features
+    return 2 * sum(_n_firing(n) for n in kinds_codes) + 2 * n_features
+
+
+def _n_firing(n_codes: int) -> int:
+    return n_codes * READ_BY // READS
 
 
 def incidence(s: Stream, n_codes: int) -> np.ndarray:
     """Which codes each firing unit reads: READS distinct codes each, every code read by exactly READ_BY units (so
     no code's decoding needs larger writes than another's), full column rank."""
-    n_units = n_codes * READ_BY // READS
+    n_units = _n_firing(n_codes)
     while True:
         slots = [c for c in range(n_codes) for _ in range(READ_BY)]
         slots = [slots[i] for i in s.permutation(len(slots))]
@@ -68,28 +72,30 @@ def incidence(s: Stream, n_codes: int) -> np.ndarray:
 def firing_writes(s: Stream, incid: list[np.ndarray], targets: list[np.ndarray]) -> list[np.ndarray]:
     """Each kind's writes F with A^T F = T, whose null-space part fills every feature column of every kind's units
     to one common expected mass per unit (the largest the exact parts need), so no column or kind stands out."""
-    parts = [np.linalg.pinv(a).T @ t for a, t in zip(incid, targets, strict=True)]
+    pinvs = [np.linalg.pinv(a) for a in incid]
+    parts = [pinv.T @ t for pinv, t in zip(pinvs, targets, strict=True)]
     mass = max(float((p**2).sum(0).max()) / len(p) for p in parts)
     out = []
-    for a, t, part in zip(incid, targets, parts, strict=True):
+    for a, pinv, t, part in zip(incid, pinvs, targets, parts, strict=True):
         m, n = a.shape
-        proj = np.eye(m) - a @ np.linalg.pinv(a)  # onto A's left null space (rank m - n)
+        proj = np.eye(m) - a @ pinv  # onto A's left null space (rank m - n)
         var = np.maximum(mass * m - (part**2).sum(0), 0.0) / (m - n)
         out.append(part + proj @ (s.normal(m, t.shape[1]) * np.sqrt(var)))
     return out
 
 
-def completion(s: Stream, firing: np.ndarray) -> tuple[np.ndarray, float]:
-    """Never-firing writes N (one row per unit, each used twice) with 2 F^T F + 2 N^T N = gamma I; and gamma."""
+def completion(s: Stream, firing: np.ndarray) -> np.ndarray:
+    """Never-firing writes N (one row per unit, each used twice) with 2 F^T F + 2 N^T N = gamma I, gamma a little
+    above the firing part's largest eigenvalue (so N has full rank)."""
     gram = 2.0 * firing.T @ firing
     gamma = SPARE * float(np.linalg.eigvalsh(gram)[-1])
     vals, vecs = np.linalg.eigh((gamma * np.eye(len(gram)) - gram) / 2.0)
     root = vecs @ np.diag(np.sqrt(np.maximum(vals, 0.0))) @ vecs.T
-    return s.orthogonal(len(gram)) @ root, gamma
+    return s.orthogonal(len(gram)) @ root
 
 
-def plant(p: Planter, s: Stream, kinds: list[Kind], features: list[int]) -> float:
-    """Write block 0's MLP into ``p``: the decoded ``features`` (residual dims) from ``kinds``; returns gamma."""
+def plant(p: Planter, s: Stream, kinds: list[Kind], features: list[int]) -> None:
+    """Write block 0's MLP into ``p``: the decoded ``features`` (residual dims) from ``kinds``."""
     incid = [incidence(s, len(k.codes)) for k in kinds]
     writes = firing_writes(s, incid, [k.targets for k in kinds])
     for kind, a, w in zip(kinds, incid, writes, strict=True):
@@ -97,7 +103,7 @@ def plant(p: Planter, s: Stream, kinds: list[Kind], features: list[int]) -> floa
             reads = [kind.codes[c] for c in np.flatnonzero(a[u])]
             for side in (1.0, -1.0):  # the unit and its partner
                 _unit(p, [(dim, side * GAIN * sign) for dim, sign in reads], features, w[u])
-    silent, gamma = completion(s, np.concatenate(writes))
+    silent = completion(s, np.concatenate(writes))
     for row in silent:
         kind = kinds[s.below(len(kinds))]
         codes = [kind.codes[c] for c in s.sample(len(kind.codes), 3)]
@@ -105,7 +111,6 @@ def plant(p: Planter, s: Stream, kinds: list[Kind], features: list[int]) -> floa
         reads = [(dim, g * sign * SILENT) for (dim, sign), g in zip(codes, signs, strict=True)]
         for side in (1.0, -1.0):
             _unit(p, [(dim, side * w) for dim, w in reads], features, row)
-    return gamma
 
 
 def _unit(p: Planter, reads: list[tuple[int, float]], features: list[int], write: np.ndarray) -> None:

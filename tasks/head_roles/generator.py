@@ -66,6 +66,8 @@ N_FLAGS = 3
 PAD_EXTRA = 8  # head dims beyond the largest planted job
 QK_MAX, OV_MAX = 8.0, 2.0  # the largest planted score strength and copy gain (bounds of the spectral targets)
 TOUCH = 0.01  # strength of the inert terms that make every head touch every decoded feature
+# block 0 has no attention and blocks FIRST.. no MLP: their weights are exactly zero (Planter.build draws no noise)
+SWITCHED_OFF = ("blocks.0.attn.", *(f"blocks.{layer}.mlp." for layer in range(FIRST, N_LAYERS)))
 
 
 def answer_schema(level: str) -> dict:
@@ -161,10 +163,10 @@ def _sign(s: Stream) -> float:
 
 
 def _decoder(p: Planter, s: Stream, flags: list[list[int]]) -> None:
-    """Block 0's MLP (tasks/head_roles/decoder.py): a position decodes to its ``pos`` and ``pos2`` features and the
-    constant, a token to its ``tok`` and ``tok2`` features and its flags; ``prev`` and the pad are decoded from
-    nothing (what block 1 writes later, the spectral pad), so only the never-firing units and the firing units'
-    cancelling parts write them."""
+    """Block 0's MLP (tasks/head_roles/decoder.py): a position decodes to its ``pos`` and ``pos2`` features and half
+    the constant, a token to its ``tok`` and ``tok2`` features, its flags and the constant's other half; ``prev``
+    and the pad are decoded from nothing (what block 1 writes later, the spectral pad), so only the never-firing
+    units and the firing units' cancelling parts write them."""
     lay = p.lay
     features = decoded(lay)
     col = {dim: j for j, dim in enumerate(features)}
@@ -265,11 +267,6 @@ def _probe(s: Stream, vocab: int) -> torch.Tensor:
     return torch.tensor(rows)
 
 
-def _switched_off() -> tuple[str, ...]:
-    """Block 0 has no attention and blocks 1.. no MLP: their weights are exactly zero (no noise either)."""
-    return ("blocks.0.attn.", *(f"blocks.{layer}.mlp." for layer in range(FIRST, N_LAYERS)))
-
-
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
@@ -289,7 +286,7 @@ def generate(seed: int, level: str) -> Instance:
         for layer, head in roles:  # every head of a block: the same QK and the same OV spectrum
             pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad", traceless=True)
             pad_spectrum(p, s, layer, head, "ov", targets[layer][1], "pad", "sink")
-        model = p.build(s, noise, off=_switched_off())
+        model = p.build(s, noise, off=SWITCHED_OFF)
         tokens = _probe(s, vocab)
         _, scores = detect_roles(model, tokens)
         ok = True
