@@ -408,6 +408,23 @@ def attend_flag(p: Planter, layer: int, head: int, key_dim: int, strength: float
     p.qk(layer, head, [(p.lay.idx("const"), key_dim, strength)])
 
 
+def attend_spread(
+    p: Planter, layer: int, head: int, query: list[tuple[int, float]], key_dims: list[int], strength: float
+) -> None:
+    """A rank-1 QK in one free head dimension: the query reads the residual direction with the given (dim, weight)
+    pairs, normalised, and the key the even mix of ``key_dims``; so the circuit's one singular value is
+    ``strength`` (scaled as :meth:`Planter.qk`) whatever it reads, and a query x adds strength * (w . x) / (|w|
+    sqrt(len(key_dims))) per key feature. Heads that read different numbers of features, or from different
+    positions, so share one spectrum."""
+    e = p.free_qk_dim(layer, head)
+    root = np.sqrt(strength / np.sqrt(len(key_dims))) * np.sqrt(np.sqrt(p.cfg.d_head))
+    norm = np.sqrt(sum(w * w for _, w in query))
+    for q, w in query:
+        p.W_Q[layer, head, q, e] += root * w / norm
+    for k in key_dims:
+        p.W_K[layer, head, k, e] += root
+
+
 def copy_tokens(
     p: Planter, layer: int, head: int, tokens: list[int], dst: str, gain: float, dst_offsets: list[int] | None = None
 ) -> None:

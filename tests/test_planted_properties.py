@@ -102,21 +102,30 @@ def test_copy_head(level: str) -> None:
         ]
         assert max(abs(o) for o in others) <= 0.2 * drop
         assert max(abs(o) for o in others) > 0.0, "other heads are not dead weight"
-        # version 2: decoy writers. Neither the QK circuit nor the OV circuit alone names the copy head: in each
-        # layer >= 4 other heads attend to the marked token as strongly, and >= 4 copy the marked tokens into the
-        # output space as strongly (they read no token they copy), so ||W_E W_OV W_U|| is shared by >= 8 heads.
+        # decoy writers (version 2 on). Neither the QK circuit nor the OV circuit alone names the copy head: in each
+        # layer >= 6 other heads attend to the marked token as strongly from some position, and >= 6 copy the marked
+        # tokens into the output space as strongly, so ||W_E W_OV W_U|| is shared by >= 8 heads. Version 5: >= 5 of
+        # them do both (blind writers), but not from the last position, where the logits are read.
         we, wu, marked = model.W_E.detach(), model.W_U.detach(), inst.probe["marked"]
         with torch.no_grad():
             full = torch.stack([torch.stack([we @ model.W_V[ly, h] @ model.W_O[ly, h] @ wu
                                              for h in range(model.cfg.n_heads)]) for ly in range(2)])  # fmt: skip
         copies = full[..., marked, marked].mean(-1)  # [layer, head]: logit gain of a marked token from itself
         fro = full.flatten(-2).norm(dim=-1)
+        where = pos.argmax(dim=1)  # the marked token's position in each sequence
         for ly in range(2):
-            reads = (cache["pattern", ly][:, :, -1] * pos[:, None]).sum(-1).mean(0)  # [head]
+            at_mark = (cache["pattern", ly] * pos[:, None, None]).sum(-1)  # [batch, head, query]
+            later = torch.arange(tokens.shape[1])[None, :] > where[:, None]  # [batch, query]: after the marked token
+            per_query = (at_mark * later[:, None]).sum(0) / later.sum(0).clamp_min(1)  # [head, query]
+            reads, last = per_query.max(dim=-1).values, per_query[:, -1]
             mine = [h for h in range(model.cfg.n_heads) if (ly, h) != (lay, head)]
-            assert sum(reads[h] >= min(0.8, attn - 0.05) for h in mine) >= 4, "decoys that read the marked token"
-            assert sum(copies[ly, h] >= 0.6 * copies[lay, head] for h in mine) >= 4, "decoys that copy it"
+            strong = {h for h in mine if reads[h] >= min(0.8, attn - 0.05)}
+            writes = {h for h in mine if copies[ly, h] >= 0.6 * copies[lay, head]}
+            assert len(strong) >= 6, "decoys that read the marked token"
+            assert len(writes) >= 6, "decoys that copy it"
             assert sum(fro[ly, h] >= 0.5 * fro[lay, head] for h in mine) >= 8, "writers into the output space"
+            blind = strong & writes
+            assert len(blind) >= 5 and all(last[h] <= 0.2 for h in blind), "blind writers: not at the last position"
 
 
 @pytest.mark.parametrize("level", LEVELS)

@@ -30,10 +30,6 @@ OPEN: dict[tuple[str, str], str] = {
     "heads' W_Q, W_K, W_V column spaces find it, and stripping it gives back the planted circuit, whose rank names "
     "the role (composed:qk_stripped; 0.86 / 0.83 at easy / hard; a red team's rank rule 0.99 untrained). Version "
     "4 closed the unit-basis reading; closing this needs a padding no cross-head reading can separate",
-    ("copy-head", "composed"): "with the subspace the heads share most stripped (shared_subspaces: the mark and "
-    "the marked tokens' identities, which the copy head's QK and OV both use and each decoy uses on one side "
-    "only), a learned per-layer reading of the stripped circuits finds the copy head (0.50 / 0.62 / 0.84); "
-    "reading QK and OV together is the family's accepted technique, but a generic reading should not do it",
 }
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}

@@ -13,6 +13,14 @@ subsets, each copying a few tokens into scratch space, and a few of them nudging
 Version 1 had no decoy writers: the copy head was the one head writing into the unembedding's space.
 Version 4 (issue 20: generation time) is version 3's construction, accepted by the same rule read with the fast
 :class:`~mechsandbox.tasks.circuits.QueryAblator`.
+Version 5 (issue 16) adds 3 *blind writers* per layer: the copy head's QK and OV exactly -- attend to the mark, copy
+the marked tokens into the output subspace -- except that the position whose logits are read (the last) does not
+attend, so there they attend evenly and write little. In version 4 every decoy used the marked features on one side
+only, so stripping the subspace the heads share most (the mark and the marked tokens) shrank both circuits of the
+copy head alone, and a classifier on those stripped readings found it (0.50-0.84). Every head that attends by a
+flag (the copy head, its decoys) now reads its query from the positions (one rank-1 QK of the same singular-value
+draw, ``attend_spread``), so the copy head and a blind writer differ in one positional coefficient of the query:
+whether the last position attends, which is the circuit read against the data.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from ..circuits import (
     Layout,
     Planter,
     QueryAblator,
-    attend_flag,
+    attend_spread,
     copy_tokens,
     distractor_job,
     hooked_instance,
@@ -35,17 +43,24 @@ from ..circuits import (
     permute_heads,
     single_head_ablations,
 )
-from ..decoys import plant_flag_decoy, plant_offset_decoy
+from ..decoys import plant_blind_writer, plant_flag_decoy, plant_offset_decoy
 from ..rng import Stream
 from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "copy-head"
-VERSION = "4"
+VERSION = "5"
 N_LAYERS, N_HEADS, D_HEAD, N_CTX = 2, 12, 16, 12
 LEVELS = {"easy": (32, 0.0), "medium": (40, 0.01), "hard": (48, 0.02)}  # vocab, noise
 N_FLAGS, N_SCR, N_PROBE = 4, 16, 96
-READERS, COPIERS = (4, 5), (5, 6)  # decoys per layer: they read marked tokens / copy marked tokens
+READERS, COPIERS = (2, 3), (2, 3)  # decoys per layer: they read marked tokens / copy marked tokens
+BLIND = 5  # blind writers per layer: the copy head's circuits, but the last position does not attend
+# A flag-reading head's query is CONST * const + sum_i sign_i pos[i] (attend_spread): positions whose sign is +1
+# attend (score (1 + CONST) / |w| per unit of strength), those whose sign is -1 attend away ((CONST - 1) / |w|: a
+# third of it, negative), so a blind writer leaks little at the last position. Singular value = per-query score *
+# SPREAD for every such head.
+CONST = 0.5
+SPREAD = (CONST**2 + N_CTX) ** 0.5 / (1 + CONST)
 
 
 def answer_schema(level: str) -> dict:
@@ -73,6 +88,22 @@ def _probe(s: Stream, vocab: int, marked: list[int]) -> tuple[torch.Tensor, torc
     return torch.tensor(rows), torch.tensor(targets)
 
 
+def query_signs(s: Stream, forced_last: list[int]) -> list[list[int]]:
+    """One query sign per (flag-reading head, position): the last position's is forced where ``forced_last`` is +1
+    (the copy head: it attends there) or -1 (a blind writer), the rest are random but balanced, every position's
+    signs summing to 0 (or +-1) over all those heads. Why balanced: the summed projector onto the heads' queries then
+    holds no net direction along any position, so stripping the subspace the heads share most (the audit's
+    ``shared_subspaces``) treats a head that attends at the last position as it treats one that does not."""
+    n = len(forced_last)
+    cols = []
+    for j in range(N_CTX):
+        forced = forced_last if j == N_CTX - 1 else [0] * n
+        free = [h for h in range(n) if not forced[h]]
+        plus = {free[i] for i in s.sample(len(free), max(0, min(len(free), (len(free) - sum(forced)) // 2)))}
+        cols.append([forced[h] or (1 if h in plus else -1) for h in range(n)])
+    return [[col[h] for col in cols] for h in range(n)]
+
+
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, noise = LEVELS[level]
@@ -94,7 +125,14 @@ def generate(seed: int, level: str) -> Instance:
         for _ in range(s.between(*COPIERS)):
             on_self = s.below(2) == 0
             copiers.append((on_self, s.fraction(4.0, 6.0) if on_self else s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)))
-        plans.append((readers, copiers))
+        blind = [(s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(BLIND)]
+        plans.append((readers, copiers, blind))
+    # the flag-reading heads in planting order (the copy head, then per layer its readers, flag copiers, blind
+    # writers) and their query signs, drawn here too
+    forced = [1]
+    for readers, copiers, blind in plans:
+        forced += [0] * (len(readers) + sum(not on_self for on_self, _, _ in copiers)) + [-1] * len(blind)
+    signs = query_signs(s, forced)
     while True:
         order = s.permutation(vocab)
         marked = sorted(order[:n_marked])
@@ -105,22 +143,29 @@ def generate(seed: int, level: str) -> Instance:
         flags = [f"flag{f}" for f in range(N_FLAGS)]
         for f in flags:  # each flag marks a random subset of the plain tokens (other heads' keys)
             p.flag_tokens(f, [t for t in plain if s.below(4) == 0])
-        attend_flag(p, copy_layer, copy_head, lay.idx("mark"), copy_job[0])
+        queries = iter([[(lay.idx("const"), CONST), *((lay.idx("pos", i), g) for i, g in enumerate(v))] for v in signs])
+        attend_spread(p, copy_layer, copy_head, next(queries), [lay.idx("mark")], copy_job[0] * SPREAD)
         copy_tokens(p, copy_layer, copy_head, marked, "out", copy_job[1])
-        for layer, (readers, copiers) in enumerate(plans):
+        for layer, (readers, copiers, blind) in enumerate(plans):
             heads = [h for h in range(N_HEADS) if (layer, h) != (copy_layer, copy_head)]
             for i, head in enumerate(heads):
                 if i < len(readers):  # the copy head's QK and OV shapes, copying plain tokens: reads marked only
                     n, strength, gain = readers[i]
                     toks = [plain[j] for j in s.sample(len(plain), n)]
-                    plant_flag_decoy(p, layer, head, [lay.idx("mark")], strength, toks, "out", gain)
+                    mark = [lay.idx("mark")]
+                    plant_flag_decoy(p, layer, head, mark, strength * SPREAD, toks, "out", gain, query=next(queries))
                 elif i < len(readers) + len(copiers):  # the copy head's OV, reading plain tokens only
                     on_self, strength, gain = copiers[i - len(readers)]
                     if on_self:  # at the last position it reads a plain token (marked ones never stand last)
                         plant_offset_decoy(p, layer, head, 0, strength, marked, "out", gain)
                     else:  # two token-subset flags of plain tokens: some key carries one in almost every sequence
                         keys = [lay.idx(flags[j]) for j in s.sample(N_FLAGS, 2)]
-                        plant_flag_decoy(p, layer, head, keys, strength, marked, "out", gain)
+                        q = next(queries)
+                        plant_flag_decoy(p, layer, head, keys, strength * SPREAD, marked, "out", gain, query=q)
+                elif i < len(readers) + len(copiers) + len(blind):  # the copy head, but the last position is blind
+                    strength, gain = blind[i - len(readers) - len(copiers)]
+                    mark = [lay.idx("mark")]
+                    plant_blind_writer(p, layer, head, next(queries), mark, strength * SPREAD, marked, "out", gain)
                 else:
                     distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
                     if s.below(4) == 0:  # a few heads also nudge the logits of the tokens they copy

@@ -14,7 +14,7 @@ logit(target) - max other logit at the last position.
 
 One attention head is responsible for copying the marked token to the output; the other heads have
 other jobs (several of them attend to marked tokens, and several write token identities into the
-output space; on these sequences none of them carries the marked token to the output as the copy head
-does). Find the copy head.
+output space, some of them the marked tokens; on these sequences none of them carries the marked token to
+the output at the last position as the copy head does). Find the copy head.
 
 Answer: a JSON list of [layer, head] pairs, e.g. [[1, 4]]. You get one graded submission."""
