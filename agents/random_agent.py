@@ -20,11 +20,16 @@ class RandomAgent(Agent):
     name = "random"
 
     def __init__(self, seed: int = 0):
+        self.seed = seed
         self.rng = random.Random(seed)
 
     def begin(self, obs: dict[str, Any]) -> None:
+        """Draws are re-seeded per episode from the agent's seed and the instance (its id, or task and level), so a
+        run's scores do not depend on which worker of a concurrent evaluation plays which episode."""
         super().begin(obs)
         self.probes = list(PROBES)
+        instance = obs.get("instance_id") or f"{obs.get('task_id')}/{obs.get('level')}"
+        self.rng = random.Random(f"{self.seed}:{instance}")
 
     def next_turn(self, obs: dict[str, Any]) -> Turn:
         if self.probes:

@@ -31,7 +31,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.agent == "scripted":
         make = lambda i: ScriptedAgent()  # noqa: E731
     elif args.agent == "random":
-        make = lambda i: RandomAgent(seed=i)  # noqa: E731
+        make = lambda i: RandomAgent()  # noqa: E731 (seeded per episode by the instance)
     else:
         client, model, error = client_from_env()
         if error:

@@ -59,3 +59,21 @@ def test_random_answers_are_always_well_formed(task_id: str) -> None:
             if AnswerKind(inst.answer_schema["x-kind"]).is_set:
                 size = len(answer["heads"]) if isinstance(answer, dict) else len(answer)
                 assert 1 <= size <= min(inst.answer_schema["x-universe"], 2 * inst.answer_schema["x-k-max"])
+
+
+def test_random_draws_depend_on_the_instance_not_on_the_order_of_episodes() -> None:
+    """A concurrent evaluation hands episodes to workers in whatever order they finish, so the random baseline's
+    answer for an instance must not depend on what its agent played before (the calibration runs drifted by it)."""
+    schema = cached_instance("copy-head", 0, "easy").answer_schema
+    obs = [{"instance_id": f"copy-head/easy/test:{i}", "answer_schema": schema} for i in range(6)]
+
+    def answers(order: list[int]) -> dict[int, object]:
+        agent, out = RandomAgent(), {}
+        for i in order:
+            agent.begin(obs[i])
+            out[i] = agent.random_answer(schema)
+        return out
+
+    forward, backward = answers(list(range(6))), answers(list(range(5, -1, -1)))
+    assert forward == backward
+    assert len({str(a) for a in forward.values()}) > 1, "different instances get different draws"
