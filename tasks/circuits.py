@@ -572,6 +572,34 @@ def spectral_target(s: Stream, bound: float, n: int, spread: tuple[float, float]
     return bound * np.sort([s.fraction(*spread) for _ in range(n)])[::-1]
 
 
+def canonical_svd(left: np.ndarray, right: np.ndarray, rel_tol: float = 1e-9) -> tuple[np.ndarray, ...]:
+    """(u [d, r], sigma [r], v [d, r]): the SVD of left @ right.T (thin factors [d, k]) at its numerical rank r, in a
+    basis that LAPACK does not choose. Why: a planted circuit's singular values are often equal (every pair of a head
+    at one strength), and where they are, LAPACK may return any basis of their subspace and any sign; a weight built
+    from those vectors then differs between machines (OpenBLAS on one CPU, another on the next), the noise of a hard
+    level lands on other weights, a score near an acceptance margin moves and the accepted draw -- the truth --
+    differed (head-roles 4, hard seed 7, 2026-12-04). Here every cluster of equal singular values (within
+    ``rel_tol``) gets the orthonormalised projection of a fixed generic matrix onto its left subspace (a subspace is
+    unique up to rounding), with positive R diagonal, and v follows from u: the same vectors everywhere, to rounding."""
+    (ql, rl), rr = np.linalg.qr(left), np.linalg.qr(right)[1]  # the SVD of left @ right.T, in k dims
+    us, sig, _ = np.linalg.svd(rl @ rr.T)
+    rank = int((sig > rel_tol * max(float(sig[0]), 1e-300)).sum()) if len(sig) else 0
+    found, sig = ql @ us[:, :rank], sig[:rank]
+    u = np.empty_like(found)
+    start = 0
+    while start < rank:
+        stop = start + 1
+        while stop < rank and sig[start] - sig[stop] <= rel_tol * sig[start]:
+            stop += 1
+        block = found[:, start:stop]
+        rows, cols = np.meshgrid(np.arange(block.shape[0]), np.arange(stop - start), indexing="ij")
+        generic = np.cos((rows + 1.0) * (cols + 1.5) * 0.7548776662466927)  # fixed, no two columns alike
+        q, r = np.linalg.qr(block @ (block.T @ generic))
+        u[:, start:stop] = q * np.sign(np.diag(r))[None, :]
+        start = stop
+    return u, sig, right @ (left.T @ u) / sig
+
+
 def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, target: np.ndarray, pad: str,
                  sink: str | None = None, traceless: bool = False) -> None:  # fmt: skip
     """Rewrite one head's QK (``circuit="qk"``: W_Q W_K^T) or OV (``"ov"``: W_V W_O) so that its
@@ -595,15 +623,13 @@ def pad_spectrum(p: Planter, s: Stream, layer: int, head: int, circuit: str, tar
         side = (pad, sink or pad)
     else:
         raise ValueError(circuit)
-    (ql, rl), (qr, rr) = np.linalg.qr(left), np.linalg.qr(right)  # the SVD of left @ right.T, in d_head dims
-    us, sig, vts = np.linalg.svd(rl @ rr.T)
-    u, vt = ql @ us, vts @ qr.T
+    u, sig, v = canonical_svd(left, right)
     target = np.asarray(target, dtype=float)
-    rank = int((sig > 1e-9 * max(float(sig[0]), 1e-300)).sum())
-    if rank > dh or len(target) != dh or np.any(target[:rank] < sig[:rank] * (1 + 1e-9)):
+    rank = len(sig)
+    if rank > dh or len(target) != dh or np.any(target[:rank] < sig * (1 + 1e-9)):
         raise ValueError(f"target profile below the planted one (L{layer}H{head} {circuit})")
     new, picked = [], []
-    for (start, stop), vecs in zip((p.lay.spans[side[0]], p.lay.spans[side[1]]), (u.T, vt), strict=True):
+    for (start, stop), vecs in zip((p.lay.spans[side[0]], p.lay.spans[side[1]]), (u.T, v.T), strict=True):
         if stop - start < dh:
             raise ValueError("pad / sink subspaces need d_head dims")
         if rank and np.abs(vecs[:rank, start:stop]).max() > 1e-9:

@@ -28,6 +28,9 @@ What still separates the induction head from its echoes in the weights is which 
 what that head attends to: the circuit itself, read across two layers. docs/TASKS.md says so.
 Version 6 (issue 20: generation time) is version 5's construction, accepted by the same rule read with the fast
 :class:`~mechsandbox.tasks.circuits.QueryAblator` (:func:`_accepted`).
+Version 7 is version 6's construction with ``circuits.canonical_svd`` in the spectral padding: version 6 built the pad
+from whatever basis LAPACK returned for equal singular values, so its weights, and under hard's noise its accepted
+draw, differed between machines (tests/test_platform_independence.py).
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "6"
+VERSION = "7"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
