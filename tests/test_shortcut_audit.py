@@ -3,8 +3,9 @@ interpretability a family names -- per-component weight statistics, composed-wei
 on other seeds, constant and probe-layout priors -- scores above 0.3 with the family's own grader.
 
 Why here and for every family: the audit is how a new family proves it does not leak its answer (issue 16). It
-runs on the first 40 seeds of each (family, level), the instances the seed sweeps already generated in this run
-(tests/test_sweep_instances.py), so it costs the analysis only. ``bench/shortcut_audit.py`` prints the same table.
+runs on the first 40 seeds of each (family, level) (80 for ``MORE_SEEDS``), the instances the seed sweeps already
+generated in this run (tests/test_sweep_instances.py), so it costs the analysis only (and the generation of the
+extra seeds). ``bench/shortcut_audit.py`` prints the same table.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from mechsandbox.evaluation.shortcuts import CLASSES, EXEMPT, LIMIT, Audit, audi
 from mechsandbox.tasks import LEVELS, get_family
 
 N_SEEDS = 40
+# Families audited on more seeds: those whose 40-seed figure sits within the audit's sampling noise of the limit.
+# copy-head 5: a logistic per layer on the composed readings scored 0.304 on seeds 0-39 at medium and 0.181 on 0-79
+# (easy / hard 0.206 / 0.181 on 0-79); a learner trained on 20 seeds and the best of many strategies overshoot.
+MORE_SEEDS = {"copy-head": 80}
 
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
@@ -43,7 +48,7 @@ def test_no_shortcut_scores_above_03(task_id: str, level: str) -> None:
     if set(exempt) == set(CLASSES):
         pytest.skip(f"exempt: {EXEMPT[task_id][1]}")
     torch.set_num_threads(1)  # small matrices: threads only contend with the other xdist worker
-    found = audit(task_id, cached_instances(task_id, range(N_SEEDS), level))
+    found = audit(task_id, cached_instances(task_id, range(MORE_SEEDS.get(task_id, N_SEEDS)), level))
     assert {f.cls for f in found} == set(CLASSES) - set(exempt)
     is_open = {f.cls: (task_id, f.cls) in OPEN and level in OPEN_LEVELS.get((task_id, f.cls), LEVELS) for f in found}
     leaks = [f"{f.cls} {f.score:.3f} ({f.strategy})" for f in found if f.score > LIMIT and not is_open[f.cls]]

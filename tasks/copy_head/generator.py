@@ -25,6 +25,7 @@ whether the last position attends, which is the circuit read against the data.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ...answer_kind import AnswerKind
@@ -54,7 +55,6 @@ N_LAYERS, N_HEADS, D_HEAD, N_CTX = 2, 12, 16, 12
 LEVELS = {"easy": (32, 0.0), "medium": (40, 0.01), "hard": (48, 0.02)}  # vocab, noise
 N_FLAGS, N_SCR, N_PROBE = 4, 16, 96
 READERS, COPIERS = (2, 3), (2, 3)  # decoys per layer: they read marked tokens / copy marked tokens
-BLIND = 5  # blind writers per layer: the copy head's circuits, but the last position does not attend
 # A flag-reading head's query is CONST * const + sum_i sign_i pos[i] (attend_spread): positions whose sign is +1
 # attend (score (1 + CONST) / |w| per unit of strength), those whose sign is -1 attend away ((CONST - 1) / |w|: a
 # third of it, negative), so a blind writer leaks little at the last position. Singular value = per-query score *
@@ -88,19 +88,45 @@ def _probe(s: Stream, vocab: int, marked: list[int]) -> tuple[torch.Tensor, torc
     return torch.tensor(rows), torch.tensor(targets)
 
 
-def query_signs(s: Stream, forced_last: list[int]) -> list[list[int]]:
-    """One query sign per (flag-reading head, position): the last position's is forced where ``forced_last`` is +1
-    (the copy head: it attends there) or -1 (a blind writer), the rest are random but balanced, every position's
-    signs summing to 0 (or +-1) over all those heads. Why balanced: the summed projector onto the heads' queries then
-    holds no net direction along any position, so stripping the subspace the heads share most (the audit's
-    ``shared_subspaces``) treats a head that attends at the last position as it treats one that does not."""
-    n = len(forced_last)
+def _paley12() -> np.ndarray:
+    """A Hadamard matrix of order 12 (Paley's construction from the squares mod 11): +-1 entries, H H^T = 12 I."""
+    squares = {(i * i) % 11 for i in range(1, 11)}
+    chi = [0] + [1 if a in squares else -1 for a in range(1, 11)]
+    skew = np.zeros((12, 12))
+    skew[0, 1:], skew[1:, 0] = 1.0, -1.0
+    for i in range(11):
+        for j in range(11):
+            skew[1 + i, 1 + j] = chi[(j - i) % 11]
+    return np.eye(12) + skew
+
+
+HADAMARD = _paley12()
+SPECIAL = 6  # per layer: the heads that attend to the mark and copy the marked tokens (copy head and blind writers)
+
+
+def writer_signs(s: Stream) -> list[list[int]]:
+    """Query signs (one per position) of the 2 * SPECIAL heads that read the mark and copy the marked tokens: the copy
+    head first, then the blind writers. They are the rows of a Hadamard matrix of order N_CTX (rows and columns
+    shuffled, columns flipped at random, rows flipped so that the last position's sign is +1 for the copy head and
+    -1 for every blind writer), so any two of their queries have the same inner product (the const part) and the
+    sum of their sign matrices' outer products is N_CTX I: no comparison of their query directions, no Gram
+    matrix, no summed projector tells the copy head from a blind writer (a red team's odd-one-out reading scored
+    0.87 / 0.84 / 0.70 when the other signs were random). Only which position a sign belongs to does: reading the
+    query at the last position, the circuit against the data."""
+    rows, cols = s.permutation(N_CTX), s.permutation(N_CTX)
+    h = HADAMARD[np.ix_(rows, cols)] * np.array([1.0 if s.below(2) else -1.0 for _ in range(N_CTX)])[None, :]
+    want = np.array([1.0] + [-1.0] * (2 * SPECIAL - 1))
+    h = h * (want / h[:, -1])[:, None]
+    return h.astype(int).tolist()
+
+
+def query_signs(s: Stream, n: int) -> list[list[int]]:
+    """Query signs of the other flag-reading heads (readers, flag copiers): random, every position's summing to 0 (or
+    +-1) over them, so that no position, the last included, leans toward the copy head's sign or the blind writers'."""
     cols = []
-    for j in range(N_CTX):
-        forced = forced_last if j == N_CTX - 1 else [0] * n
-        free = [h for h in range(n) if not forced[h]]
-        plus = {free[i] for i in s.sample(len(free), max(0, min(len(free), (len(free) - sum(forced)) // 2)))}
-        cols.append([forced[h] or (1 if h in plus else -1) for h in range(n)])
+    for _ in range(N_CTX):
+        plus = set(s.sample(n, n // 2 + (s.below(2) if n % 2 else 0)))
+        cols.append([1 if h in plus else -1 for h in range(n)])
     return [[col[h] for col in cols] for h in range(n)]
 
 
@@ -125,14 +151,13 @@ def generate(seed: int, level: str) -> Instance:
         for _ in range(s.between(*COPIERS)):
             on_self = s.below(2) == 0
             copiers.append((on_self, s.fraction(4.0, 6.0) if on_self else s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)))
-        blind = [(s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(BLIND)]
-        plans.append((readers, copiers, blind))
-    # the flag-reading heads in planting order (the copy head, then per layer its readers, flag copiers, blind
-    # writers) and their query signs, drawn here too
-    forced = [1]
-    for readers, copiers, blind in plans:
-        forced += [0] * (len(readers) + sum(not on_self for on_self, _, _ in copiers)) + [-1] * len(blind)
-    signs = query_signs(s, forced)
+        plans.append((readers, copiers))
+    for layer in range(N_LAYERS):  # SPECIAL heads per layer read the mark and copy the marked tokens
+        blind = [(s.fraction(5.0, 6.0), s.fraction(2.5, 3.5)) for _ in range(SPECIAL - (layer == copy_layer))]
+        plans[layer] += (blind,)
+    # the query signs, drawn here too: the copy head's and the blind writers' (in planting order), the others'
+    special = writer_signs(s)
+    signs = query_signs(s, sum(len(r) + sum(not on_self for on_self, _, _ in c) for r, c, _ in plans))
     while True:
         order = s.permutation(vocab)
         marked = sorted(order[:n_marked])
@@ -143,8 +168,9 @@ def generate(seed: int, level: str) -> Instance:
         flags = [f"flag{f}" for f in range(N_FLAGS)]
         for f in flags:  # each flag marks a random subset of the plain tokens (other heads' keys)
             p.flag_tokens(f, [t for t in plain if s.below(4) == 0])
-        queries = iter([[(lay.idx("const"), CONST), *((lay.idx("pos", i), g) for i, g in enumerate(v))] for v in signs])
-        attend_spread(p, copy_layer, copy_head, next(queries), [lay.idx("mark")], copy_job[0] * SPREAD)
+        writers, queries = (iter([[(lay.idx("const"), CONST), *((lay.idx("pos", i), g) for i, g in enumerate(v))]
+                                  for v in vs]) for vs in (special, signs))  # fmt: skip
+        attend_spread(p, copy_layer, copy_head, next(writers), [lay.idx("mark")], copy_job[0] * SPREAD)
         copy_tokens(p, copy_layer, copy_head, marked, "out", copy_job[1])
         for layer, (readers, copiers, blind) in enumerate(plans):
             heads = [h for h in range(N_HEADS) if (layer, h) != (copy_layer, copy_head)]
@@ -165,7 +191,7 @@ def generate(seed: int, level: str) -> Instance:
                 elif i < len(readers) + len(copiers) + len(blind):  # the copy head, but the last position is blind
                     strength, gain = blind[i - len(readers) - len(copiers)]
                     mark = [lay.idx("mark")]
-                    plant_blind_writer(p, layer, head, next(queries), mark, strength * SPREAD, marked, "out", gain)
+                    plant_blind_writer(p, layer, head, next(writers), mark, strength * SPREAD, marked, "out", gain)
                 else:
                     distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
                     if s.below(4) == 0:  # a few heads also nudge the logits of the tokens they copy
