@@ -215,6 +215,39 @@ def shared_subspaces(
     return strip[0], strip[1]
 
 
+def top_directions(wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor) -> torch.Tensor:
+    """[4, heads, d]: each head's top singular pair of QK (query side, key side) and of OV (read side, write side),
+    unit vectors (signs arbitrary: readers of them take absolute cosines)."""
+    out = []
+    for left, right in ((wq, wk), (wv, wo.mT)):
+        (ql, rl), (qr, rr) = torch.linalg.qr(left), torch.linalg.qr(right)
+        u, _, vh = torch.linalg.svd(rl @ rr.mT)
+        out += [(ql @ u[..., :, :1])[..., 0], (qr @ vh[..., :1, :].mT)[..., 0]]
+    return torch.stack(out)
+
+
+def direction_similarity(dirs: torch.Tensor) -> list[dict[str, float]]:
+    """Per head (rows of ``dirs`` [4, heads, d] from :func:`top_directions`): the mean absolute cosine of its top
+    query, key, read and write directions with every other head's, and its query's mean similarity among the heads
+    whose key reads what its key reads, or whose OV reads and writes what its OV does. Why: a red team (2026-12-04,
+    copy-head 5's second cut) took the heads that read the mark and copy the marked tokens and answered the one whose
+    query was least like theirs (0.87 / 0.84 / 0.70); an odd one out among look-alikes is a cross-head reading any
+    family's decoys must survive."""
+    cos = torch.einsum("khd,kjd->khj", dirs, dirs).abs()  # [4, heads, heads]
+    n = cos.shape[1]
+    off = ~torch.eye(n, dtype=torch.bool)
+    cos = cos * off
+    names = ("q", "k", "v", "o")
+    rows = []
+    for h in range(n):
+        r = {f"composed:sim_{name}.mean": float(cos[i, h].sum() / max(n - 1, 1)) for i, name in enumerate(names)}
+        for cond, weight in (("k", cos[1, h]), ("ov", cos[2, h] * cos[3, h])):
+            total = float(weight.sum())
+            r[f"composed:sim_q_given_{cond}"] = float((weight * cos[0, h]).sum()) / total if total > 0 else 0.0
+        rows.append(r)
+    return rows
+
+
 def head_components(inst: Instance, first: int = 0) -> Components:
     """Every attention head, with its QK and OV profiles and those of its full circuits and compositions. In a
     model with MLPs, also each head's circuits in the basis of the earlier MLPs' units (W_out QK W_out^T and
@@ -228,6 +261,8 @@ def head_components(inst: Instance, first: int = 0) -> Components:
         comp_scores = composition_scores(wq, wk, wv, wo)
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
         strip_in, strip_out = shared_subspaces(wq, wk, wv, wo, first)
+        graded = (w[first:] for w in (wq, wk, wv, wo))
+        similar = iter(direction_similarity(top_directions(*graded).flatten(1, 2)))  # heads in the loop's order
         tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
         for lay in range(first, cfg.n_layers):
@@ -263,6 +298,7 @@ def head_components(inst: Instance, first: int = 0) -> Components:
                     else:  # a rotated basis: the spectrum only, and the matrix is never formed
                         r.update(matrix_stats(name, None, fac))
                 r.update(_composition(comp_scores, tops, lay, h))
+                r.update(next(similar))
                 keys.append((lay, h))
                 groups.append(lay)
                 rows.append(r)
