@@ -13,14 +13,15 @@ subsets, each copying a few tokens into scratch space, and a few of them nudging
 Version 1 had no decoy writers: the copy head was the one head writing into the unembedding's space.
 Version 4 (issue 20: generation time) is version 3's construction, accepted by the same rule read with the fast
 :class:`~mechsandbox.tasks.circuits.QueryAblator`.
-Version 5 (issue 16) adds 3 *blind writers* per layer: the copy head's QK and OV exactly -- attend to the mark, copy
-the marked tokens into the output subspace -- except that the position whose logits are read (the last) does not
-attend, so there they attend evenly and write little. In version 4 every decoy used the marked features on one side
-only, so stripping the subspace the heads share most (the mark and the marked tokens) shrank both circuits of the
-copy head alone, and a classifier on those stripped readings found it (0.50-0.84). Every head that attends by a
-flag (the copy head, its decoys) now reads its query from the positions (one rank-1 QK of the same singular-value
-draw, ``attend_spread``), so the copy head and a blind writer differ in one positional coefficient of the query:
-whether the last position attends, which is the circuit read against the data.
+Version 5 (issue 16) adds *blind writers*: the copy head's QK and OV exactly -- attend to the mark, copy the marked
+tokens into the output subspace -- except that the position whose logits are read (the last) attends away from the
+mark, so there they write little; 5 in the copy head's layer and 6 in the other, so each layer holds SPECIAL heads
+that read the mark and copy the marked tokens. In version 4 every decoy used the marked features on one side only,
+so stripping the subspace the heads share most (the mark and the marked tokens) shrank both circuits of the copy
+head alone, and a classifier on those stripped readings found it (0.50-0.84). Every head that attends by a flag
+now reads its query from signed positions (one rank-1 QK of the same singular-value draw, ``attend_spread``); the
+copy head's and the blind writers' signs are Hadamard rows (:func:`writer_signs`), so they differ in one
+positional coefficient of the query, whether the last position attends: the circuit read against the data.
 """
 
 from __future__ import annotations
@@ -174,11 +175,11 @@ def generate(seed: int, level: str) -> Instance:
         copy_tokens(p, copy_layer, copy_head, marked, "out", copy_job[1])
         for layer, (readers, copiers, blind) in enumerate(plans):
             heads = [h for h in range(N_HEADS) if (layer, h) != (copy_layer, copy_head)]
+            mark = [lay.idx("mark")]
             for i, head in enumerate(heads):
                 if i < len(readers):  # the copy head's QK and OV shapes, copying plain tokens: reads marked only
                     n, strength, gain = readers[i]
                     toks = [plain[j] for j in s.sample(len(plain), n)]
-                    mark = [lay.idx("mark")]
                     plant_flag_decoy(p, layer, head, mark, strength * SPREAD, toks, "out", gain, query=next(queries))
                 elif i < len(readers) + len(copiers):  # the copy head's OV, reading plain tokens only
                     on_self, strength, gain = copiers[i - len(readers)]
@@ -190,7 +191,6 @@ def generate(seed: int, level: str) -> Instance:
                         plant_flag_decoy(p, layer, head, keys, strength * SPREAD, marked, "out", gain, query=q)
                 elif i < len(readers) + len(copiers) + len(blind):  # the copy head, but the last position is blind
                     strength, gain = blind[i - len(readers) - len(copiers)]
-                    mark = [lay.idx("mark")]
                     plant_blind_writer(p, layer, head, next(writers), mark, strength * SPREAD, marked, "out", gain)
                 else:
                     distractor_job(p, s, layer, head, list(range(vocab)), flags, (2.5, 3.5), (4.0, 6.0))
