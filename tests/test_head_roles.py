@@ -121,7 +121,12 @@ def test_every_head_of_a_layer_has_the_same_spectra(level: str) -> None:
                 both = torch.tensor([profiles[(lay, h)] for h in range(inst.model.cfg.n_heads)])
                 for p in both.split(inst.model.cfg.d_head, dim=1):  # QK, then OV
                     spread = float((p.max(0).values - p.min(0).values).max() / p.max())
-                    assert spread <= (1e-4 if level == "easy" else 0.15), (seed, lay, spread)
+                    assert spread <= SPREAD_TOL[level], (seed, lay, spread)
+
+
+# the weight grid without noise; within the noise otherwise (version 6 over seeds 0-3: medium 0.088, hard 0.173, where
+# the noise's own singular values, beyond OV's rank, spread most)
+SPREAD_TOL = {"easy": 1e-4, "medium": 0.15, "hard": 0.25}
 
 
 @pytest.mark.parametrize("level", LEVELS)
@@ -223,7 +228,7 @@ RAW_TOL = {  # 2-3x the maxima measured over seeds 0-2 (easy qk: the weight grid
 @pytest.mark.parametrize("level", LEVELS)
 def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
     """Version 4's decoder, planted alone (unrotated, noise-free): on every (position, token) the MLP writes exactly
-    the features the heads read (the position's ``pos``/``pos2``, the token's ``tok``/``tok2`` and flags, the
+    the features the heads read (the position's ``pos``/``pos2``, the token's ``tok``/``tok2``, the
     constant 1, nothing else); its write map is an isometry on the decoded features; its linear part is zero; and
     no unit writes one feature: every write is a dense mixture (version 3's units each wrote one, which made the
     entries of W_out QK W_out^T the planted circuit)."""
@@ -231,7 +236,7 @@ def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
     lay = layout(cfg.d_vocab)
     for seed in range(2):
         p = Planter(cfg, lay)
-        flags = block0(p, Stream(seed, f"test/{level}"))
+        block0(p, Stream(seed, f"test/{level}"))
         w_in, b_in, w_out = p.W_in[0], p.b_in[0], p.W_out[0]
         assert p.mlp_used[0] == cfg.d_mlp
         for i in range(N_CTX):
@@ -240,8 +245,7 @@ def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
             want = np.zeros_like(out)
             want[:, [lay.idx("pos", i), lay.idx("pos2", i), lay.idx("const")]] = 1.0
             for t in range(cfg.d_vocab):
-                want[t, [lay.idx("tok", t), lay.idx("tok2", t)]] = 1.0
-                want[t, [lay.idx(f"flag{f}") for f, tokens in enumerate(flags) if t in tokens]] = 1.0
+                want[t, [lay.idx("tok", t), lay.idx("tok2", t), lay.idx("tok3", t)]] = 1.0
             assert np.abs(out - want).max() <= 1e-9, (seed, i)
         feats = decoded(lay)
         gram = w_out.T @ w_out

@@ -29,13 +29,7 @@ MORE_SEEDS = {"copy-head": 80}
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
-OPEN: dict[tuple[str, str], str] = {
-    ("head-roles", "composed"): "every head's QK and OV are padded to the block's spectral profile in one subspace "
-    "(pad_spectrum's `pad`), which the heads share: the top d_head eigenvectors of the summed projectors onto the "
-    "heads' W_Q, W_K, W_V column spaces find it, and stripping it gives back the planted circuit, whose rank names "
-    "the role (composed:qk_stripped; 0.86 / 0.83 at easy / hard; a red team's rank rule 0.99 untrained). Version "
-    "4 closed the unit-basis reading; closing this needs a padding no cross-head reading can separate",
-}
+OPEN: dict[tuple[str, str], str] = {}  # none since head-roles 6 (2026-12-04)
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ token codes). Each of the kind's firing units reads ``READS`` of its codes, draw
 ``READ_BY`` units, with weight ``GAIN`` on each and bias ``-CUT``: it fires at exactly 1 on those codes and stays at
 ``-CUT`` on the others (incidence A: units x codes, full column rank). The writes F solve A^T F = T, where row c of
 T is what code c must decode to (a position: its one-hot ``pos`` and ``pos2`` features and half the constant; a
-token: ``tok``, ``tok2``, its flags and the constant's other half), so the firing units of a code sum to its
+token: its ``tok`` copies and the constant's other half), so the firing units of a code sum to its
 features exactly. Among the solutions, F = pinv(A)^T T + a component in A's left null space (which every code's sum
 cancels) drawn so that every unit carries the same expected mass on every feature: a unit's write is a dense
 mixture, and which features it helps decode is readable only with A (from W_in: reading block 0 as the decoder it

@@ -10,7 +10,7 @@ Roles and their scores (mean attention, over probe sequences of ``HALF`` random 
   K-composition with a block-1 head that copies the previous token);
 - attend-to-first: on position 0 (positions i >= 1);
 - local: on positions i - 2 and i - 3 together (positions i >= 3);
-- none: every score below the threshold (content heads that attend to a token subset).
+- none: every score below the threshold (heads that attend 4-6 positions back).
 A head's role is the role whose score reaches THRESHOLD (at most one can); otherwise "none". Each
 graded block's role multiset contains every role it can hold plus extra draws, so some role always
 appears twice in a block (a redundant pair). The generator checks every head's scores with a margin.
@@ -19,18 +19,28 @@ Why block 0 (versions 3-4, issue 16): in an attention-only model a first-layer h
 the bilinear form of the embeddings, so W_pos QK W_pos^T *is* a positional head's rule and
 W_E QK W_E^T a content head's, and the role is a weight reading. Here the embeddings carry only raw
 codes (positions and tokens as signed one-hot codes) that no head reads; block 0's MLP decodes them into the
-features the heads read (one-hot positions and tokens, twice each, the token's flags, a constant). Version 4's
+features the heads read (one-hot positions twice and tokens three times, a constant; version 5 also had flags and a
+pad). Version 4's
 decoder (decoder.py) has no unit that writes one feature: each unit reads a few codes and writes a dense
 mixture, the firing units of a code summing to its features exactly, and never-firing units complete the
 write map to an isometry; so a head's circuits read in the unit basis, W_out QK W_out^T and W_out OV, have
 the head's own (layer-matched) spectra and no entry that is a planted one (version 3's units wrote one feature
-each, and counting the large entries of W_out QK W_out^T named the role). Every head touches every feature by
-a tiny inert (or near-inert) term. A head's role is readable by running the model, or by reading the MLP as the
-decoder it is (which units fire on which code, from W_in) and the heads in the decoded basis.
-Version 5 is version 4's construction with ``circuits.canonical_svd`` in the spectral padding: version 4 built the
-pad from whatever basis LAPACK returned for equal singular values, so its weights, and under hard's noise its accepted
-draw, differed between machines (hard seed 7's truth on an AMD EPYC against the recorded one;
-tests/test_platform_independence.py).
+each, and counting the large entries of W_out QK W_out^T named the role). A head's role is readable by running
+the model, or by reading the MLP as the decoder it is (which units fire on which code, from W_in) and the heads in
+the decoded basis.
+Version 5 was version 4's construction with ``circuits.canonical_svd`` in its spectral padding (version 4 built the
+pad from whatever basis LAPACK returned for equal singular values, so its weights differed between machines).
+Version 6 (issue 16's last open finding): versions 1-5 gave every head of a block one spectral profile by padding its
+planted circuit in one subspace, ``pad``, shared by every head; the heaviest eigenspace of the heads' summed projectors
+found it, and the stripped circuit's rank named the role (0.83-0.87; a red team's rank rule 0.99). No padding of that
+kind can hide a rank (a head's pad mass is what its role leaves unused). So version 6 has no pad: every head has one
+structure (``positional_part`` and ``_plant``), a positional part, a constant-query pair and two token parts, each of
+fixed size and reading the same subspaces whatever the role, every pair at the block's strength; the role is in
+*which* pairs (an offset or its causally masked mirror, the identity or a derangement), readable only in the decoded
+basis or from the attention patterns. The copies are chosen so that no chain of a head's and the copying head's maps
+closes on the same copy (queries read ``tok`` and ``tok2``, keys ``tok`` and ``prev``, values ``tok3``): the trace of
+an induction head's key circuit composed with the copying head's OV was the identity's (``composed:ktokcomp_in``
+labelled induction heads until the values moved to ``tok3``).
 """
 
 from __future__ import annotations
@@ -43,21 +53,12 @@ import torch
 from ...answer_kind import AnswerKind
 from ...arch import HookedConfig, HookedTransformer
 from ..base import Instance
-from ..circuits import (
-    Layout,
-    Planter,
-    attend_flag,
-    attend_offset,
-    copy_tokens,
-    pad_spectrum,
-    permute_heads,
-    spectral_target,
-)
+from ..circuits import Layout, Planter, permute_heads
 from ..rng import Stream
 from . import decoder, prompt
 
 TASK_ID = "head-roles"
-VERSION = "5"
+VERSION = "6"
 ROLES = ("previous-token", "duplicate-token", "induction", "attend-to-first", "local", "none")
 FIRST_ROLES = ("previous-token", "duplicate-token", "attend-to-first", "local", "none")  # block 1: no induction
 HALF, N_PROBE, N_LAYERS = 8, 64, 3
@@ -66,10 +67,9 @@ N_CTX = 2 * HALF
 LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 9, 0.01), "hard": (32, 10, 0.02)}  # vocab, heads/layer, noise
 THRESHOLD = 0.4  # stated in the prompt
 PLANTED_MIN, OTHER_MAX = 0.55, 0.25  # enforced by the generator
-N_FLAGS = 3
-PAD_EXTRA = 8  # head dims beyond the largest planted job
-QK_MAX, OV_MAX = 8.0, 2.0  # the largest planted score strength and copy gain (bounds of the spectral targets)
-TOUCH = 0.01  # strength of the inert terms that make every head touch every decoded feature
+STRENGTH = (6.0, 8.0)  # every QK pair of a block: one strength, drawn per block
+GAIN = (0.8, 2.0)  # every OV pair of a block: one copy gain, drawn per block
+NONE_OFFSETS = (4, 5, 6)  # "none" heads attend this far back: no role's target (induction's is 7 back, dup's 8)
 # block 0 has no attention and blocks FIRST.. no MLP: their weights are exactly zero (Planter.build draws no noise)
 SWITCHED_OFF = ("blocks.0.attn.", *(f"blocks.{layer}.mlp." for layer in range(FIRST, N_LAYERS)))
 
@@ -122,29 +122,26 @@ def detect_roles(
 
 
 def layout(vocab: int) -> Layout:
-    """The unrotated residual basis. ``tok2`` / ``pos2`` are second decoded copies of the token and position that
-    duplicate-token keys read: reading ``tok`` on both sides gave that role's QK a trace (st * (vocab - N_CTX)) where
-    every other role's is zero, which any random projection of the weights (the embeddings' noise) showed."""
+    """The unrotated residual basis. Block 0 decodes every token into ``tok`` and ``tok2`` and every position into
+    ``pos`` and ``pos2`` (equal on the data, so a head can read a token or a position on one side from one copy and
+    on the other side from the other: no circuit reads a dim on both sides, and every QK is traceless); ``prev`` is
+    what block 1's copying head writes, ``scr`` what every other head writes (nothing reads it)."""
     lay = Layout()
-    dh = _d_head(vocab)
     for name, dim in (("rawpos", N_CTX), ("rawtok", vocab),  # what the embeddings hold
-                      ("tok", vocab), ("tok2", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab), ("pos", N_CTX),
-                      ("pos2", N_CTX), ("const", 1),
-                      ("pad", dh), ("sink", dh)):  # fmt: skip
+                      ("tok", vocab), ("tok2", vocab), ("tok3", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab),
+                      ("pos", N_CTX),
+                      ("pos2", N_CTX), ("const", 1)):  # fmt: skip
         lay.add(name, dim)
-    for f in range(N_FLAGS):
-        lay.add(f"flag{f}", 1)
     return lay
 
 
 def decoded(lay: Layout) -> list[int]:
-    """Every residual dim a head's QK or OV reads: written by block 0's MLP (the pad too, never on the data)."""
-    names = ["tok", "tok2", "prev", "pos", "pos2", "const", "pad", *(f"flag{f}" for f in range(N_FLAGS))]
-    return [i for n in names for i in range(*lay.spans[n])]
+    """Every residual dim a head's QK or OV reads: written by block 0's MLP (``prev`` too, never on the data)."""
+    return [i for n in ("tok", "tok2", "tok3", "prev", "pos", "pos2", "const") for i in range(*lay.spans[n])]
 
 
 def _d_head(vocab: int) -> int:
-    return vocab + N_CTX + PAD_EXTRA  # the largest planted job (duplicate-token: vocab + N_CTX pairs) and spare
+    return 2 * vocab + N_CTX  # every head's QK: the positional part (N_CTX pairs) and two token parts (vocab each)
 
 
 def _n_units(vocab: int) -> int:
@@ -152,8 +149,7 @@ def _n_units(vocab: int) -> int:
 
 
 def _embed(p: Planter, s: Stream) -> None:
-    """Raw codes only: each position and each token a signed one-hot code; the unembedding reads ``out`` (what heads
-    write there). Flags are a function of the token, decoded by block 0 from the token's code."""
+    """Raw codes only: each position and each token a signed one-hot code; the unembedding reads ``out``."""
     lay, vocab = p.lay, p.cfg.d_vocab
     for t in range(vocab):
         p.W_E[t, lay.idx("rawtok", t)] = _sign(s)
@@ -166,18 +162,17 @@ def _sign(s: Stream) -> float:
     return 1.0 if s.below(2) else -1.0
 
 
-def _decoder(p: Planter, s: Stream, flags: list[list[int]]) -> None:
+def _decoder(p: Planter, s: Stream) -> None:
     """Block 0's MLP (tasks/head_roles/decoder.py): a position decodes to its ``pos`` and ``pos2`` features and half
-    the constant, a token to its ``tok`` and ``tok2`` features, its flags and the constant's other half; ``prev``
-    and the pad are decoded from nothing (what block 1 writes later, the spectral pad), so only the never-firing
-    units and the firing units' cancelling parts write them."""
+    the constant, a token to its ``tok`` and ``tok2`` features and the constant's other half; ``prev`` is decoded
+    from nothing (what block 1 writes later), so only the never-firing units and the firing units' cancelling parts
+    write it."""
     lay = p.lay
     features = decoded(lay)
     col = {dim: j for j, dim in enumerate(features)}
 
     def rows(n: int, names: Callable[[int], list[int]]) -> np.ndarray:
-        """Targets: each code's features at 1, and half the constant (each input holds one code of each kind; so
-        no kind's column of exact writes is heavier than a one-hot feature's)."""
+        """Targets: each code's features at 1, and half the constant (each input holds one code of each kind)."""
         t = np.zeros((n, len(features)))
         t[:, col[lay.idx("const")]] = 0.5
         for c in range(n):
@@ -188,10 +183,9 @@ def _decoder(p: Planter, s: Stream, flags: list[list[int]]) -> None:
         [(lay.idx("rawpos", i), float(p.W_pos[i, lay.idx("rawpos", i)])) for i in range(N_CTX)],
         rows(N_CTX, lambda i: [lay.idx("pos", i), lay.idx("pos2", i)]),
     )
-    flagged = [[lay.idx(f"flag{f}") for f, tokens in enumerate(flags) if t in tokens] for t in range(p.cfg.d_vocab)]
     tok = decoder.Kind(
         [(lay.idx("rawtok", t), float(p.W_E[t, lay.idx("rawtok", t)])) for t in range(p.cfg.d_vocab)],
-        rows(p.cfg.d_vocab, lambda t: [lay.idx("tok", t), lay.idx("tok2", t), *flagged[t]]),
+        rows(p.cfg.d_vocab, lambda t: [lay.idx("tok", t), lay.idx("tok2", t), lay.idx("tok3", t)]),
     )
     decoder.plant(p, s, [pos, tok], features)
 
@@ -202,31 +196,10 @@ def config(level: str) -> HookedConfig:
                         d_vocab=vocab, n_ctx=N_CTX, d_mlp=_n_units(vocab), attn_only=False)  # fmt: skip
 
 
-def block0(p: Planter, s: Stream) -> list[list[int]]:
-    """The embeddings' raw codes and block 0's decoder, planted into ``p``; returns the flags (tokens per flag)."""
+def block0(p: Planter, s: Stream) -> None:
+    """The embeddings' raw codes and block 0's decoder, planted into ``p``."""
     _embed(p, s)
-    flags = [[t for t in range(p.cfg.d_vocab) if s.below(4) == 0] for _ in range(N_FLAGS)]
-    _decoder(p, s, flags)
-    return flags
-
-
-def _touch_all(p: Planter, s: Stream, layer: int, head: int) -> None:
-    """Make the head's QK and OV touch every decoded feature (the number of non-zero rows of its readings in the
-    decoded basis would otherwise count its role's support; in the unit basis, version 4's dense writes hide it).
-    QK gains TOUCH * (x_q . g) (x_k . const), constant over keys, and TOUCH * (x_k . h), a near-inert key bias
-    (|h| = 1); OV writes TOUCH * (x . g') into ``scr``, which nothing reads."""
-    lay = p.lay
-    dims = [d for d in decoded(lay) if not lay.spans["pad"][0] <= d < lay.spans["pad"][1]]
-    used_qk, used_ov = p.free_qk_dim(layer, head), p.free_ov_dim(layer, head)
-    scale = np.sqrt(np.sqrt(p.cfg.d_head))
-    g, h, g2 = (v / np.linalg.norm(v) for v in (s.normal(len(dims)), s.normal(len(dims)), s.normal(len(dims))))
-    const = lay.idx("const")
-    p.W_Q[layer, head, dims, used_qk] = g * np.sqrt(TOUCH) * scale
-    p.W_K[layer, head, const, used_qk] = np.sqrt(TOUCH) * scale
-    p.W_Q[layer, head, const, used_qk + 1] = TOUCH * scale
-    p.W_K[layer, head, dims, used_qk + 1] = h * scale
-    p.W_V[layer, head, dims, used_ov] = g2
-    p.W_O[layer, head, used_ov, lay.idx("scr", s.below(lay.dim("scr")))] = TOUCH
+    _decoder(p, s)
 
 
 def _layer_roles(s: Stream, layer: int, n_heads: int) -> list[str]:
@@ -236,31 +209,62 @@ def _layer_roles(s: Stream, layer: int, n_heads: int) -> list[str]:
     return [roles[i] for i in s.permutation(n_heads)]
 
 
-def _plant(p: Planter, s: Stream, layer: int, head: int, role: str, vocab: int, copies_prev: bool) -> None:
+def positional_part(role: str, offset: int) -> tuple[list[tuple[int, int, float]], int, float]:
+    """Every head's positional part: 15 (query ``pos`` i, key ``pos2`` j, sign) pairs, a partial permutation, and the
+    one key position it leaves free, with the sign of the constant query's pair on it (the 16th). What differs by role
+    is which pairs, never how many or what they read:
+    - an offset d (previous-token 1, local 2-3, none 4-6): i -> i - d for i >= d, and the first d - 1 queries wrap to
+      the last keys (j > i: causally masked, so inert); key 16 - d is free and the constant pair avoids it;
+    - attend-to-first, induction: i -> i + 1 (every pair masked: inert); key 0 is free, and the constant pair is the
+      role for attend-to-first (+) and avoids position 0 for induction (-);
+    - duplicate-token: i -> i with sign - for i >= 1 (the head avoids itself, whose token it reads too); key 0 is free
+      and avoided."""
+    n = N_CTX
+    if role == "duplicate-token":
+        return [(i, i, -1.0) for i in range(1, n)], 0, -1.0
+    if role in ("attend-to-first", "induction"):
+        return [(i, i + 1, 1.0) for i in range(n - 1)], 0, 1.0 if role == "attend-to-first" else -1.0
+    pairs = [(i, i - offset, 1.0) for i in range(offset, n)] + [(r, n + 1 - offset + r, 1.0) for r in range(offset - 1)]
+    return pairs, n - offset, -1.0
+
+
+def _offset(s: Stream, role: str) -> int:
+    return {"previous-token": 1, "local": 2 + s.below(2)}.get(role) or s.pick(NONE_OFFSETS)
+
+
+def _derangement(s: Stream, n: int) -> list[int]:
+    while True:
+        perm = s.permutation(n)
+        if all(int(perm[t]) != t for t in range(n)):
+            return [int(v) for v in perm]
+
+
+def _plant(p: Planter, s: Stream, layer: int, head: int, role: str, st: float, gain: float, copies_prev: bool) -> None:
+    """One head: its positional part (positional_part), then two token parts that every head has: ``tok`` t against
+    ``prev`` of sigma(t) (the identity for induction; in block 1, where ``prev`` is still zero, any permutation, all
+    inert; elsewhere a derangement: a sparse distractor on the token after another token) and ``tok2`` t against
+    ``tok`` of tau(t) (the identity for duplicate-token, a derangement otherwise). Every pair has the block's strength
+    on its own query and key dims, so every head's QK is one partial isometry times that strength: the same rank and
+    singular values, reading the same subspaces. OV: every head copies every token (``tok`` -> ``scr``, permuted; the
+    copying head of block 1 ``tok`` -> ``prev``) at the block's gain."""
     lay = p.lay
-    toks = list(range(vocab))
-    st = s.fraction(6.0, 8.0)
-    if role == "previous-token":
-        attend_offset(p, layer, head, 1, st)
-    elif role == "local":
-        attend_offset(p, layer, head, s.pick((2, 3)), st)
-    elif role == "attend-to-first":
-        attend_flag(p, layer, head, lay.idx("pos", 0), st)
-    elif role == "duplicate-token":  # same token, but not itself; keys read the second copies (see layout)
-        pairs = [(lay.idx("tok", t), lay.idx("tok2", t), st) for t in toks]
-        pairs += [(lay.idx("pos", i), lay.idx("pos2", i), -st) for i in range(N_CTX)]
-        p.qk(layer, head, pairs)
-    elif role == "induction":  # keys carry the previous token (K-composition with a block-1 head)
-        p.qk(layer, head, [(lay.idx("tok", t), lay.idx("prev", t), st) for t in toks])
-    else:  # none: content attention to a token subset, spread over many positions
-        attend_flag(p, layer, head, lay.idx(f"flag{s.below(N_FLAGS)}"), s.fraction(1.0, 2.5))
-    if copies_prev:
-        copy_tokens(p, layer, head, toks, "prev", 1.0)
+    vocab = p.cfg.d_vocab
+    pairs, free, sign = positional_part(role, _offset(s, role))
+    qk = [(lay.idx("pos", i), lay.idx("pos2", j), sg * st) for i, j, sg in pairs]
+    qk.append((lay.idx("const"), lay.idx("pos2", free), sign * st))
+    if role == "induction":
+        sigma = list(range(vocab))
+    elif layer == FIRST:
+        sigma = [int(v) for v in s.permutation(vocab)]
     else:
-        k = s.between(vocab // 2, vocab)
-        picked = [toks[i] for i in s.sample(vocab, k)]
-        copy_tokens(p, layer, head, picked, "scr", s.fraction(0.8, 2.0), s.sample(vocab, k))
-    _touch_all(p, s, layer, head)
+        sigma = _derangement(s, vocab)
+    tau = list(range(vocab)) if role == "duplicate-token" else _derangement(s, vocab)
+    qk += [(lay.idx("tok", t), lay.idx("prev", sigma[t]), st) for t in range(vocab)]
+    qk += [(lay.idx("tok2", t), lay.idx("tok", tau[t]), st) for t in range(vocab)]
+    p.qk(layer, head, [qk[i] for i in s.permutation(len(qk))])
+    dst = list(range(vocab)) if copies_prev else [int(v) for v in s.permutation(vocab)]
+    space = "scr" if layer == FIRST and not copies_prev else "prev"  # block 2's writes into prev are read by nothing
+    p.ov(layer, head, [(lay.idx("tok3", t), lay.idx(space, dst[t]), gain) for t in range(vocab)])
 
 
 def _probe(s: Stream, vocab: int) -> torch.Tensor:
@@ -275,21 +279,19 @@ def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
     lay = layout(vocab)
-    dh = _d_head(vocab)
     cfg = config(level)
     graded = range(FIRST, N_LAYERS)
     roles = {(layer, h): r for layer in graded for h, r in enumerate(_layer_roles(s, layer, n_heads))}
-    # one QK and one OV singular-value profile per block, from constants only (see circuits.pad_spectrum)
-    targets = {layer: (spectral_target(s, QK_MAX * dh**0.5, dh), spectral_target(s, OV_MAX, dh)) for layer in graded}
+    # one QK strength and one OV gain per block, whatever its roles (every head's circuits then have one spectrum)
+    strength = {layer: s.fraction(*STRENGTH) for layer in graded}
+    gain = {layer: s.fraction(*GAIN) for layer in graded}
     while True:
         p = Planter(cfg, lay)
         block0(p, s)
         first_prev = min(h for (layer, h), r in roles.items() if layer == FIRST and r == "previous-token")
         for (layer, head), role in roles.items():
-            _plant(p, s, layer, head, role, vocab, copies_prev=(layer, head) == (FIRST, first_prev))
-        for layer, head in roles:  # every head of a block: the same QK and the same OV spectrum
-            pad_spectrum(p, s, layer, head, "qk", targets[layer][0], "pad", traceless=True)
-            pad_spectrum(p, s, layer, head, "ov", targets[layer][1], "pad", "sink")
+            copies = (layer, head) == (FIRST, first_prev)
+            _plant(p, s, layer, head, role, strength[layer], gain[layer], copies)
         model = p.build(s, noise, off=SWITCHED_OFF)
         tokens = _probe(s, vocab)
         _, scores = detect_roles(model, tokens)
