@@ -248,6 +248,37 @@ def direction_similarity(dirs: torch.Tensor) -> list[dict[str, float]]:
     return rows
 
 
+def circuit_overlaps(
+    wq: torch.Tensor, wk: torch.Tensor, wv: torch.Tensor, wo: torch.Tensor, layers: list[int]
+) -> list[dict[str, float]]:
+    """Per head (heads flattened [heads, d, d_head], ``layers`` their layers): how much of its QK and of its OV other
+    heads share, |<M_h, M_g>_F| / (|M_h| |M_g|), summarised as the largest, second and third, the mean, and the
+    largest within its layer and across layers. Why: a red team (2026-12-04, head-roles 6) found that heads planted
+    with the same rule share the same entries in the one decoded basis, so the Frobenius inner products of their
+    circuits count shared pairs through any rotation; clusters of heads with large overlaps, and with whom (its own
+    block, the other), labelled roles at 0.36-0.48 with three hand rules. Computed from the factors: <A B^T, C D^T> =
+    sum((A^T C) * (B^T D)), d_head x d_head per pair."""
+    out: list[dict[str, float]] = [{} for _ in range(wq.shape[0])]
+    same = torch.tensor(layers)[:, None] == torch.tensor(layers)[None, :]
+    for name, (a, b) in (("qk", (wq, wk)), ("ov", (wv, wo.mT))):
+        aa = torch.einsum("hdx,gdy->hgxy", a, a)
+        bb = torch.einsum("hdx,gdy->hgxy", b, b)
+        gram = (aa * bb).sum((-2, -1))
+        norm = gram.diagonal().clamp_min(1e-30).sqrt()
+        cos = (gram / (norm[:, None] * norm[None, :])).abs()
+        cos.fill_diagonal_(0.0)
+        for h, row in enumerate(cos):
+            top = torch.sort(row, descending=True).values
+            r = out[h]
+            for i, key in enumerate(("max", "second", "third")):
+                r[f"composed:{name}_overlap.{key}"] = float(top[i]) if i < len(top) else 0.0
+            r[f"composed:{name}_overlap.mean"] = float(row.sum() / max(len(row) - 1, 1))
+            mine, other = row[same[h]], row[~same[h]]
+            r[f"composed:{name}_overlap.same_layer"] = float(mine.max()) if mine.numel() else 0.0
+            r[f"composed:{name}_overlap.other_layer"] = float(other.max()) if other.numel() else 0.0
+    return out
+
+
 def head_components(inst: Instance, first: int = 0) -> Components:
     """Every attention head, with its QK and OV profiles and those of its full circuits and compositions. In a
     model with MLPs, also each head's circuits in the basis of the earlier MLPs' units (W_out QK W_out^T and
@@ -262,7 +293,10 @@ def head_components(inst: Instance, first: int = 0) -> Components:
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
         strip_in, strip_out = shared_subspaces(wq, wk, wv, wo, first)
         graded = (w[first:] for w in (wq, wk, wv, wo))
-        similar = iter(direction_similarity(top_directions(*graded).flatten(1, 2)))  # heads in the loop's order
+        graded = [w.flatten(0, 1) for w in graded]  # [heads, ...] in the loop's order
+        similar = iter(direction_similarity(top_directions(*graded)))
+        layers = [lay for lay in range(first, cfg.n_layers) for _ in range(cfg.n_heads)]
+        shared = iter(circuit_overlaps(*graded, layers))
         tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
         for lay in range(first, cfg.n_layers):
@@ -299,6 +333,7 @@ def head_components(inst: Instance, first: int = 0) -> Components:
                         r.update(matrix_stats(name, None, fac))
                 r.update(_composition(comp_scores, tops, lay, h))
                 r.update(next(similar))
+                r.update(next(shared))
                 keys.append((lay, h))
                 groups.append(lay)
                 rows.append(r)

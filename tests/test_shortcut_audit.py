@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers import FAMILY_IDS, cached_instances
-from mechsandbox.evaluation.shortcuts import CLASSES, EXEMPT, LIMIT, Audit, audit, sweep_score
+from mechsandbox.evaluation.shortcuts import CLASSES, EXEMPT, LIMIT, Audit, audit, circuit_overlaps, sweep_score
 from mechsandbox.tasks import LEVELS, get_family
 
 N_SEEDS = 40
@@ -29,9 +29,21 @@ MORE_SEEDS = {"copy-head": 80}
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
-OPEN: dict[tuple[str, str], str] = {}  # none since head-roles 6 (2026-12-04)
+OPEN: dict[tuple[str, str], str] = {
+    ("head-roles", "composed"): "heads planted with the same rule share the same entries in the one decoded basis "
+    "(positions, tokens), so the Frobenius inner products of their QK circuits count shared pairs through any "
+    "rotation (composed:qk_overlap: 0.45 / 0.40 / 0.51 at version 6); a red team (2026-12-04) clustered heads by "
+    "them, split the shared subspaces, and read every offset from the products of two heads' circuits (one cyclic "
+    "shift group): 0.99 at every level. Version 6 closed the stripped-pad rank reading (0.87 -> 0.13); closing this "
+    "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding)",
+    ("induction-circuit", "composed"): "the same class, found when the audit got circuit_overlaps (2026-12-04): the "
+    "true previous-token and induction heads share more of their QK and OV with other heads (their decoys and "
+    "echoes each copy a part of them) than the decoys do with each other (+0.9-1.0 standard deviations on "
+    "qk_overlap.second, ov_overlap.max at hard); a logistic per layer on the composed readings: 0.351 at hard "
+    "(0.291 / 0.268 at easy / medium, held to the limit)",
+}
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
-OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
+OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {("induction-circuit", "composed"): ("hard",)}
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -89,3 +101,29 @@ def test_the_audit_finds_a_planted_leak() -> None:
     assert found["stats"] >= 0.9 and found["classifier"] >= 0.9, found
     clean = {f.cls: f.score for f in Audit("multiplication-neuron", insts).run(("stats", "classifier"))}
     assert max(clean.values()) <= LIMIT, clean
+
+
+def test_circuit_overlaps_count_shared_entries_through_rotations() -> None:
+    """circuit_overlaps reads what two heads' circuits share whatever basis each head's factors are in: heads built
+    from one set of (query, key) pairs, each in its own head-dim rotation and with Q/K rescaled, overlap fully; a
+    head with half of those pairs overlaps sqrt(1/2); a head on other dims not at all (head-roles 6's finding)."""
+    gen = torch.Generator().manual_seed(0)
+    d, dh = 24, 8
+
+    def head(pairs: list[tuple[int, int]], scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k = torch.zeros(d, dh, dtype=torch.float64), torch.zeros(d, dh, dtype=torch.float64)
+        for e, (i, j) in enumerate(pairs):
+            q[i, e], k[j, e] = 1.0, 1.0
+        rot = torch.linalg.qr(torch.randn(dh, dh, generator=gen, dtype=torch.float64))[0]
+        return q @ rot * scale, k @ rot / scale
+
+    full = [(i, i + 8) for i in range(8)]
+    heads = [head(full, 1.0), head(full, 3.0), head(full[:4], 1.0), head([(16 + i, i) for i in range(8)], 1.0)]
+    wq, wk = torch.stack([h[0] for h in heads]), torch.stack([h[1] for h in heads])
+    wv, wo = wq.clone(), wk.mT.clone()
+    rows = circuit_overlaps(wq, wk, wv, wo, [1, 1, 2, 2])
+    assert abs(rows[0]["composed:qk_overlap.max"] - 1.0) < 1e-9
+    assert abs(rows[2]["composed:qk_overlap.max"] - 0.5**0.5) < 1e-9
+    assert rows[3]["composed:qk_overlap.max"] < 1e-9
+    assert abs(rows[0]["composed:qk_overlap.same_layer"] - 1.0) < 1e-9
+    assert abs(rows[0]["composed:qk_overlap.other_layer"] - 0.5**0.5) < 1e-9
