@@ -492,7 +492,7 @@ def frequency_components(inst: Instance) -> Components:
                 mats[f"composed:{side}_a"] = mats["embed"] @ wt[:, :d].T
                 mats[f"composed:{side}_b"] = mats["embed"] @ wt[:, d : 2 * d].T
         if hasattr(m.mlp, "out"):
-            mats["composed:out_unembed"] = (m.unembed.weight.double() @ m.mlp.out.weight.double())
+            mats["composed:out_unembed"] = m.unembed.weight.double() @ m.mlp.out.weight.double()
         n_f = p // 2
         rows = [dict() for _ in range(n_f)]
         for name, mat in mats.items():
@@ -837,6 +837,7 @@ class Audit:
                 score = fitted(one, softmax_regression)
                 best = self.keep(best, Finding(cls, score, f"softmax on {name} (raw and within its layer) + layer"))
             out.append(best)
+
         def learned(composed: bool, learner_name: str, learner: Callable) -> list[tuple[str, float]]:
             what = "the composed readings" if composed else "every feature"
             return [(f"{learner_name} on {what}", fitted(lambda c: design(c, n_groups, composed), learner))]
@@ -1141,6 +1142,7 @@ def single_ablation_effects(inst: Instance) -> dict[str, dict[Any, float]] | Non
         for lay in range(m.cfg.n_layers):
             if kind is AnswerKind.CELL:
                 for pos in range(tokens.shape[1]):
+
                     def zero(act: torch.Tensor, hook: Any, pos: int = pos) -> torch.Tensor:
                         act[:, pos] = 0.0
                         return act
