@@ -256,14 +256,13 @@ def circuit_overlaps(
     largest within its layer and across layers. Why: a red team (2026-12-04, head-roles 6) found that heads planted
     with the same rule share the same entries in the one decoded basis, so the Frobenius inner products of their
     circuits count shared pairs through any rotation; clusters of heads with large overlaps, and with whom (its own
-    block, the other), labelled roles at 0.36-0.48 with three hand rules. Computed from the factors: <A B^T, C D^T> =
-    sum((A^T C) * (B^T D)), d_head x d_head per pair."""
+    block, the other), labelled roles at 0.36-0.48 with three hand rules. The circuits are formed (n d^2 d_head
+    flops): through the factors, every pair's d_head x d_head Gram costs (n d_head)^2 d, 5x more here."""
     out: list[dict[str, float]] = [{} for _ in range(wq.shape[0])]
     same = torch.tensor(layers)[:, None] == torch.tensor(layers)[None, :]
     for name, (a, b) in (("qk", (wq, wk)), ("ov", (wv, wo.mT))):
-        aa = torch.einsum("hdx,gdy->hgxy", a, a)
-        bb = torch.einsum("hdx,gdy->hgxy", b, b)
-        gram = (aa * bb).sum((-2, -1))
+        flat = (a @ b.mT).flatten(1)  # the circuits themselves, [heads, d^2]: n d^2 r flops, not (n r)^2 d
+        gram = flat @ flat.T
         norm = gram.diagonal().clamp_min(1e-30).sqrt()
         cos = (gram / (norm[:, None] * norm[None, :])).abs()
         cos.fill_diagonal_(0.0)
