@@ -245,8 +245,10 @@ def _plant(p: Planter, s: Stream, layer: int, head: int, role: str, st: float, g
     inert; elsewhere a derangement: a sparse distractor on the token after another token) and ``tok2`` t against
     ``tok`` of tau(t) (the identity for duplicate-token, a derangement otherwise). Every pair has the block's strength
     on its own query and key dims, so every head's QK is one partial isometry times that strength: the same rank and
-    singular values, reading the same subspaces. OV: every head copies every token (``tok`` -> ``scr``, permuted; the
-    copying head of block 1 ``tok`` -> ``prev``) at the block's gain."""
+    singular values, reading the same subspaces. OV: every head copies every token from ``tok3`` at the block's gain
+    (block 1's copying head into ``prev``, the identity; block 1's other heads into ``scr``, permuted; block 2's into
+    ``prev``, permuted, which nothing reads after them). (``_offset`` draws for every role, so the stream, and the
+    version's bytes, depend on that.)"""
     lay = p.lay
     vocab = p.cfg.d_vocab
     pairs, free, sign = positional_part(role, _offset(s, role))
