@@ -291,8 +291,7 @@ def head_components(inst: Instance, first: int = 0) -> Components:
         comp_scores = composition_scores(wq, wk, wv, wo)
         comp_scores.update(same_token_composition(we, wq, wk, wv, wo))
         strip_in, strip_out = shared_subspaces(wq, wk, wv, wo, first)
-        graded = (w[first:] for w in (wq, wk, wv, wo))
-        graded = [w.flatten(0, 1) for w in graded]  # [heads, ...] in the loop's order
+        graded = [w[first:].flatten(0, 1) for w in (wq, wk, wv, wo)]  # [heads, ...] in the loop's order
         similar = iter(direction_similarity(top_directions(*graded)))
         layers = [lay for lay in range(first, cfg.n_layers) for _ in range(cfg.n_heads)]
         shared = iter(circuit_overlaps(*graded, layers))

@@ -122,10 +122,12 @@ def detect_roles(
 
 
 def layout(vocab: int) -> Layout:
-    """The unrotated residual basis. Block 0 decodes every token into ``tok`` and ``tok2`` and every position into
-    ``pos`` and ``pos2`` (equal on the data, so a head can read a token or a position on one side from one copy and
-    on the other side from the other: no circuit reads a dim on both sides, and every QK is traceless); ``prev`` is
-    what block 1's copying head writes, ``scr`` what every other head writes (nothing reads it)."""
+    """The unrotated residual basis. Block 0 decodes every token into ``tok``, ``tok2`` and ``tok3`` and every position
+    into ``pos`` and ``pos2`` (equal on the data, so a head reads a token or a position on each side, and its values,
+    from different copies: no circuit reads a dim on both sides, every QK is traceless, and no chain of maps closes
+    on one copy); ``prev`` is what block 1's copying head writes (block 2's heads write there too, unread), ``scr``
+    what block 1's other heads write (nothing reads it). ``out``, read by the unembedding, is written by nothing: the
+    task grades attention patterns, not outputs."""
     lay = Layout()
     for name, dim in (("rawpos", N_CTX), ("rawtok", vocab),  # what the embeddings hold
                       ("tok", vocab), ("tok2", vocab), ("tok3", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab),
