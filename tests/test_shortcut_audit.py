@@ -36,14 +36,10 @@ OPEN: dict[tuple[str, str], str] = {
     "them, split the shared subspaces, and read every offset from the products of two heads' circuits (one cyclic "
     "shift group): 0.99 at every level. Version 6 closed the stripped-pad rank reading (0.87 -> 0.13); closing this "
     "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding)",
-    ("induction-circuit", "composed"): "the same class, found when the audit got circuit_overlaps (2026-12-04): the "
-    "true previous-token and induction heads share more of their QK and OV with other heads (their decoys and "
-    "echoes each copy a part of them) than the decoys do with each other (+0.9-1.0 standard deviations on "
-    "qk_overlap.second, ov_overlap.max at hard); a logistic per layer on the composed readings: 0.351 at hard "
-    "(0.291 / 0.268 at easy / medium, held to the limit)",
 }
-# An OPEN finding limited to some levels: at the others the class is held to the limit as usual.
-OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {("induction-circuit", "composed"): ("hard",)}
+# An OPEN finding limited to some levels: at the others the class is held to the limit as usual. (induction-circuit
+# 7's composed class was open at hard only, 0.351: closed by version 8's decoys, 0.229.)
+OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -31,6 +31,13 @@ Version 6 (issue 20: generation time) is version 5's construction, accepted by t
 Version 7 is version 6's construction with ``circuits.canonical_svd`` in the spectral padding: version 6 built the pad
 from whatever basis LAPACK returned for equal singular values, so its weights, and under hard's noise its accepted
 draw, differed between machines (tests/test_platform_independence.py).
+Version 8 (issue 16, the audit's cross-head overlaps): four decoy previous-token heads instead of two. Heads planted
+with one rule share their planted entries, so the normalised Frobenius overlaps of their QK circuits find the
+offset-1 heads as a cluster (the positional reading W_pos QK W_pos^T finds them too), and the out-writers' OVs
+(one copy map, one gain) form another: with two decoys a learned reading of those overlaps picked the circuit at
+0.351 at hard (the true head 1 of 3 offset-1 heads, the induction head 1 of 4 out-writers, plus what weak
+per-head differences add). With four, the previous-token head is 1 of 5: 0.229 at hard. More echoes would do the
+same for the induction head but dilute its margin (four echoes: hard's median build 2.1 s against 0.45 s).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ from ..schemas import head_schema
 from . import prompt
 
 TASK_ID = "induction-circuit"
-VERSION = "7"
+VERSION = "8"
 ROLES = ("previous-token", "induction")
 N_LAYERS, HALF, N_PROBE = 2, 8, 64
 N_CTX = 2 * HALF
@@ -72,7 +79,7 @@ READERS = 1  # layer-1 keys that read each layer-0 head's write, token by token 
 # echo heads: with the induction head, 4 out-writers, so one guessed (out-writer, its source) pair is right 1 time in
 # 4 and the union of all of them has Jaccard 2/8 (with 2 echoes hard's union scored 0.33 in a red team's test)
 WRITERS = 3
-PREV_DECOYS = 2  # other layer-0 previous-token heads, planted like the real one; scratch readers read them
+PREV_DECOYS = 4  # other layer-0 previous-token heads, planted like the real one, read by scratch readers (v7: 2)
 MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}  # the clean induction margin an instance needs
 QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
 GAIN = (1.5, 3.5)  # layer-0 copy gains (one range for every head, so a gain names none)
