@@ -35,10 +35,12 @@ OPEN: dict[tuple[str, str], str] = {
     "rotation (composed:qk_overlap: 0.45 / 0.40 / 0.51 at version 6); a red team (2026-12-04) clustered heads by "
     "them, split the shared subspaces, and read every offset from the products of two heads' circuits (one cyclic "
     "shift group): 0.99 at every level. Version 6 closed the stripped-pad rank reading (0.87 -> 0.13); closing this "
-    "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding)",
+    "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding; "
+    "git branch head-roles-7 does it with private key copies, composed 0.125 / 0.166 / 0.141, but not yet within the "
+    "CI budget)",
 }
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual. (induction-circuit
-# 7's composed class was open at hard only, 0.351: closed by version 8's decoys, 0.229.)
+# 7's composed class was open at hard only, 0.351: closed by version 8's decoys, 0.228.)
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}
 REPO = Path(__file__).resolve().parents[1]
 

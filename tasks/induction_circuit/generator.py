@@ -36,9 +36,12 @@ with one rule share their planted entries, so the normalised Frobenius overlaps 
 offset-1 heads as a cluster (the positional reading W_pos QK W_pos^T finds them too), and the out-writers' OVs
 (one copy map, one gain) form another: with two decoys a learned reading of those overlaps picked the circuit at
 0.351 at hard (the true head 1 of 3 offset-1 heads, the induction head 1 of 4 out-writers, plus what weak
-per-head differences add). With four, the previous-token head is 1 of 5: 0.229 at hard. More echoes would do the
+per-head differences add). With four, the previous-token head is 1 of 5: 0.228 at hard. More echoes would do the
 same for the induction head but dilute its margin (four echoes: hard's median build 2.1 s against 0.45 s).
-"""
+And one copy gain for every layer-0 head (one draw per head before): a layer-1 key divides its source's gain out
+(``_read_keys``), so the stripped spectra of a reader's QK and its writer's OV multiplied to the key strength,
+from a narrow range, for true pairs only; a red team (2026-12-04) matched every reader to its writer by that
+product alone and named the circuit at 0.35-0.39 on version 8 as first built."""
 
 from __future__ import annotations
 
@@ -82,7 +85,7 @@ WRITERS = 3
 PREV_DECOYS = 4  # other layer-0 previous-token heads, planted like the real one, read by scratch readers (v7: 2)
 MIN_MARGIN = {"easy": 2.0, "medium": 2.0, "hard": 1.5}  # the clean induction margin an instance needs
 QK_MAX, OV_MAX = 9.0, 3.5  # the largest planted score strength and copy gain (bounds of the spectral targets)
-GAIN = (1.5, 3.5)  # layer-0 copy gains (one range for every head, so a gain names none)
+GAIN = (1.5, 3.5)  # the layer-0 copy gain: one draw for every layer-0 head (version 8; before, one draw per head)
 BASE = (6.0, 7.0)  # the score one token-aligned key read adds
 FIRST_HALF = (2.6, 3.0)  # every layer-1 key's bias towards the first half
 
@@ -134,10 +137,10 @@ def _read_keys(p: Planter, s: Stream, head: int, src: int) -> None:
         wk[p.lay.idx("pos", j), e] = root
 
 
-def _write_private(p: Planter, s: Stream, head: int) -> None:
+def _write_private(p: Planter, s: Stream, head: int, gain: float) -> None:
     """Layer-0 head ``head`` copies the whole vocabulary into its private space ``w{head}`` (random slots)."""
     vocab = p.cfg.d_vocab
-    copy_tokens(p, 0, head, list(range(vocab)), f"w{head}", s.fraction(*GAIN), s.sample(vocab, vocab))
+    copy_tokens(p, 0, head, list(range(vocab)), f"w{head}", gain, s.sample(vocab, vocab))
 
 
 def induction_margin(model, tokens: torch.Tensor, logits: torch.Tensor | None = None) -> float:
@@ -184,15 +187,17 @@ def generate(seed: int, level: str) -> Instance:
         for f in flags:
             p.flag_tokens(f, [t for t in toks if s.below(4) == 0])
         # layer 0: the previous-token head, the heads the echoes read (attend to the first position: the first
-        # token is written everywhere), the decoy previous-token heads, then distractors
+        # token is written everywhere), the decoy previous-token heads, then distractors; one copy gain for all
+        # (a reader's key divides its source's gain out, so per-head gains paired readers with writers: see above)
+        gain0 = s.fraction(*GAIN)
         for head in range(1 + WRITERS + PREV_DECOYS):
             if 1 <= head <= WRITERS:
                 attend_flag(p, 0, head, lay.idx("pos", 0), s.fraction(4.0, 9.0))
             else:
                 attend_offset(p, 0, head, 1, s.fraction(5.0, 6.0))
-            _write_private(p, s, head)
+            _write_private(p, s, head, gain0)
         for head in range(1 + WRITERS + PREV_DECOYS, n_heads):
-            distractor_job(p, s, 0, head, toks, flags, GAIN, (4.0, 9.0), offsets=(0, 1, 2, 3),
+            distractor_job(p, s, 0, head, toks, flags, (gain0, gain0), (4.0, 9.0), offsets=(0, 1, 2, 3),
                            n_tokens=(vocab, vocab), duplicate=True, dst=f"w{head}")  # fmt: skip
         out_gain = s.fraction(2.5, 3.5)  # one draw for the induction head and its echoes
         for head in range(n_heads):  # layer-1 head h reads layer-0 head h: induction, echoes, then scratch readers
