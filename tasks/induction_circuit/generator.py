@@ -19,8 +19,8 @@ induction head's did not):
   token-aligned; the vocabulary copied into ``out`` at the induction head's gain), except that the head they read
   attends to the first position, so its write is the first token at every position and the echo's keys all
   match or all miss alike: on the probe's sequences an echo spreads over the first half and raises the
-  sequence's eight tokens together; two decoy previous-token heads (the real one's rule and strengths) are read by
-  scratch readers;
+  sequence's eight tokens together; decoy previous-token heads (the real one's rule and strengths; two in version
+  5, four from version 8) are read by scratch readers;
 - every layer-1 head has the same kind of positional key term (a bias towards the first half, where the induction
   target always lies), so no cross term of token queries and positional keys tells them apart.
 
