@@ -37,7 +37,8 @@ OPEN: dict[tuple[str, str], str] = {
     "shift group): 0.99 at every level. Version 6 closed the stripped-pad rank reading (0.87 -> 0.13); closing this "
     "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding; "
     "git branch head-roles-7 does it with private key copies, composed 0.125 / 0.166 / 0.141, but not yet within the "
-    "CI budget)",
+    "CI budget; a red team read duplicate-token and attend-to-first there, and here, from QK on the sum of block 0's "
+    "firing writes: 0.45-0.50)",
 }
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual. (induction-circuit
 # 7's composed class was open at hard only, 0.351: closed by version 8's decoys, 0.228.)

@@ -19,7 +19,12 @@ is, which this family accepts).
 Every firing unit has a partner reading the negated codes and writing the same vector (it never fires: the
 MLP has no linear part), and never-firing pairs (each reading three codes of a kind with weight +-SILENT, which
 reaches only SILENT - CUT < 0) complete the write map to an isometry (sum over units of
-w w^T = gamma I on the decoded features), so a head's circuits read in the unit basis have its own spectra."""
+w w^T = gamma I on the decoded features), so a head's circuits read in the unit basis have its own spectra.
+
+Known (a red team, 2026-12-04): the firing units' writes are shorter than the never-firing ones' (about 3.8 against
+7.0 at head-roles 7's sizes), so W_out alone tells which units fire; and since every firing unit reads READS codes,
+the null-space parts of their writes cancel in their sum, which is the sum of every code's decoded features: a head's
+QK read on that vector sums its pairs' signs (docs/TASKS.md, the head-roles findings)."""
 
 from __future__ import annotations
 
