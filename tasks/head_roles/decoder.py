@@ -24,7 +24,8 @@ w w^T = gamma I on the decoded features), so a head's circuits read in the unit 
 Known (a red team, 2026-12-04): the firing units' writes are shorter than the never-firing ones' (about 3.8 against
 7.0 at head-roles 7's sizes), so W_out alone tells which units fire; and since every firing unit reads READS codes,
 the null-space parts of their writes cancel in their sum, which is the sum of every code's decoded features: a head's
-QK read on that vector sums its pairs' signs (docs/TASKS.md, the head-roles findings)."""
+QK read on that vector sums its pairs' signs (docs/TASKS.md, the head-roles findings). Irregular reads would not hide
+it: weighting each firing unit by the number of codes it reads gives the same sum for any incidence."""
 
 from __future__ import annotations
 
