@@ -87,7 +87,10 @@ def matrix_stats(
     m = A @ B.T give the singular values from two thin QRs (a head's QK or OV has rank <= d_head). With factors,
     ``m`` may be None: then the matrix is never formed and the entry statistics (kurtosis, max-abs) are left out,
     which is what a reading in a basis without meaning needs (its Frobenius norm is the singular values')."""
-    m = m.double() if m is not None else None
+    # a float32 ``m`` (a unit-basis circuit: head_components) keeps its dtype: its entry statistics are features, and
+    # float32's relative error (1e-7) is far below what separates any two of them
+    if m is not None and factors is None:
+        m = m.double()
     if factors is not None:  # the thin factors' R matrices, once for the spectrum and both sides' duplicate rows
         a, b = (f.double() for f in factors)
         ra, rb = torch.linalg.qr(a, mode="r")[1], torch.linalg.qr(b, mode="r")[1]  # R alone: half the QR's work
@@ -179,6 +182,27 @@ def earlier_mlp_writes(model: Any, layer: int) -> torch.Tensor:
     where there is none): the neuron basis a head's circuits are read in by ``composed:qk_mlp`` / ``ov_mlp``."""
     rows = [block.mlp.W_out.double() for block in model.blocks[:layer] if hasattr(block, "mlp")]
     return torch.cat(rows) if rows else torch.zeros(1, model.cfg.d_model, dtype=torch.float64)
+
+
+def distinct_units(rows: torch.Tensor, cos: float = 0.99) -> torch.Tensor:
+    """The rows of a unit basis (``earlier_mlp_writes``) a reading should see: without the all-zero rows (a
+    switched-off MLP's units: head-roles' blocks 1-2), and each mutually nearest pair of rows whose cosine exceeds
+    ``cos`` (a unit and a partner writing the same vector, as every unit of head-roles' decoder has, exactly or
+    within the noise) merged into their mean. Why: duplicated rows and columns only repeat entries (the support
+    fractions and the kurtosis do not change) and a zero block only dilutes them, while they made head-roles 7's
+    unit-basis circuits 16x larger at block 2 (2228^2 entries per head instead of 557^2): most of the audit's time."""
+    live = rows[rows.norm(dim=1) > 0]
+    if len(live) < 2:
+        return live
+    unit = live / live.norm(dim=1, keepdim=True)
+    c = unit @ unit.T
+    c.fill_diagonal_(-2.0)
+    best, partner = c.max(dim=1)
+    idx = torch.arange(len(live))
+    pair = (best > cos) & (partner[partner] == idx)
+    keep = ~pair | (idx < partner)  # one row per merged pair: the lower index holds the mean
+    merged = torch.where(pair[:, None], (live + live[partner]) / 2, live)
+    return merged[keep]
 
 
 UNIT_BASIS = ("composed:qk_mlp", "composed:ov_mlp")
@@ -308,7 +332,7 @@ def head_components(inst: Instance, first: int = 0) -> Components:
         tops = {kind: float(sc.abs().max()) if sc.numel() else 0.0 for kind, sc in comp_scores.items()}
         keys, groups, rows = [], [], []
         for lay in range(first, cfg.n_layers):
-            n = None if cfg.attn_only else earlier_mlp_writes(m, lay)
+            n = None if cfg.attn_only else distinct_units(earlier_mlp_writes(m, lay).float())
             for h in range(cfg.n_heads):
                 r: dict[str, float] = {}
                 for name, mat in (("q", wq[lay, h]), ("k", wk[lay, h]), ("v", wv[lay, h]), ("o", wo[lay, h])):
@@ -329,9 +353,10 @@ def head_components(inst: Instance, first: int = 0) -> Components:
                     "composed:qk_stripped": (strip_in @ q, strip_in @ k),
                     "composed:ov_stripped": (strip_in @ v, strip_out @ o.T),
                 }
-                if n is not None:
-                    comp["composed:qk_mlp"] = (n @ q, n @ k)
-                    comp["composed:ov_mlp"] = (n @ v, o.T)
+                if n is not None:  # in float32: a thousand units, and these products were half the audit's time
+                    q32, k32, v32 = (t.float() for t in (q, k, v))
+                    comp["composed:qk_mlp"] = (n @ q32, n @ k32)
+                    comp["composed:ov_mlp"] = (n @ v32, o.T.float())
                 for name, fac in comp.items():
                     if name in UNIT_BASIS:  # a privileged basis: its entries, not only its spectrum, mean something
                         mat = fac[0] @ fac[1].T  # through the factors: 4x fewer flops than n @ qk @ n.T
@@ -348,14 +373,25 @@ def head_components(inst: Instance, first: int = 0) -> Components:
     return _table(keys, groups, rows)
 
 
-def _later_pairs(n_layers: int, n_heads: int, pair: Callable[[int, slice], torch.Tensor]) -> torch.Tensor:
+def _later_pairs(
+    n_layers: int, n_heads: int, pair: Callable[[int, slice], torch.Tensor], silent: Sequence[bool] = ()
+) -> torch.Tensor:
     """[L, H, L, H] holding ``pair(a, later)`` ([H, L - a - 1, H]: source heads of layer a, destination heads of
     the later layers) at [a, :, a + 1:, :] and zero where the source is not earlier. Why per source layer: only
-    those pairs compose, and computing every pair and masking did L^2 / (L (L - 1) / 2) times the work."""
+    those pairs compose, and computing every pair and masking did L^2 / (L (L - 1) / 2) times the work. A layer
+    marked ``silent`` (its OV exactly zero: head-roles' switched-off block 0) is left at zero, which is what its
+    pairs are: it was two thirds of head-roles' composition work."""
     out = torch.zeros(n_layers, n_heads, n_layers, n_heads, dtype=torch.float64)
     for a in range(n_layers - 1):
+        if a < len(silent) and silent[a]:
+            continue
         out[a, :, a + 1 :] = pair(a, slice(a + 1, None))
     return out
+
+
+def _silent_layers(wv: torch.Tensor, wo: torch.Tensor) -> list[bool]:
+    """Per layer: whether every head's OV is exactly zero (W_V or W_O all zero), so it composes with nothing."""
+    return [bool((wv[a] == 0).all() or (wo[a] == 0).all()) for a in range(wv.shape[0])]
 
 
 def composition_scores(
@@ -366,6 +402,7 @@ def composition_scores(
     M_t = QK_t, QK_t^T or OV_t. [kind] -> [L, H, L, H], zero unless the source's layer is earlier. Computed through
     thin QRs (every factor has d_head columns), so no d_model x d_model product is formed."""
     n_layers, n_heads = wq.shape[:2]
+    silent = _silent_layers(wv, wo)
     src = torch.linalg.qr(wv, mode="r")[1] @ wo  # ||V O X|| = ||R_V O X||: [L, H, dh, d]
     src_norm = src.norm(dim=(-2, -1))
     out = {}
@@ -377,7 +414,7 @@ def composition_scores(
             core = torch.einsum("bed,cfdg->bcfeg", src[a], dst[later]).norm(dim=(-2, -1))
             return core / (src_norm[a][:, None, None] * dst_norm[later][None]).clamp_min(1e-30)
 
-        out[kind] = _later_pairs(n_layers, n_heads, pair)
+        out[kind] = _later_pairs(n_layers, n_heads, pair, silent)
     return out
 
 
@@ -408,7 +445,8 @@ def same_token_composition(
         n2 = torch.einsum("cfdy,bdx->bcfyx", wk[later], gv[a])
         return (n1 * n2.transpose(-1, -2)).sum((-2, -1))
 
-    ktok, qtok = (_later_pairs(n_layers, n_heads, fn) for fn in (keys, queries))
+    silent = _silent_layers(wv, wo)
+    ktok, qtok = (_later_pairs(n_layers, n_heads, fn, silent) for fn in (keys, queries))
     return {"ktok": ktok / ktok.abs().max().clamp_min(1e-30), "qtok": qtok / qtok.abs().max().clamp_min(1e-30)}
 
 

@@ -29,17 +29,9 @@ MORE_SEEDS = {"copy-head": 80}
 # Findings still open, per (family, class), with why: their score is reported, not held to the limit, and an entry
 # that is clearly fixed at some level (<= LIMIT - 0.1 there) fails the test until it is removed or narrowed. (Checked
 # inside the main test, on the audit it already ran: a second audit of these families cost about 100 s.)
-OPEN: dict[tuple[str, str], str] = {
-    ("head-roles", "composed"): "heads planted with the same rule share the same entries in the one decoded basis "
-    "(positions, tokens), so the Frobenius inner products of their QK circuits count shared pairs through any "
-    "rotation (composed:qk_overlap: 0.45 / 0.40 / 0.51 at version 6); a red team (2026-12-04) clustered heads by "
-    "them, split the shared subspaces, and read every offset from the products of two heads' circuits (one cyclic "
-    "shift group): 0.99 at every level. Version 6 closed the stripped-pad rank reading (0.87 -> 0.13); closing this "
-    "needs same-role heads that share no planted entries in any common basis (docs/TASKS.md, the head-roles finding; "
-    "git branch head-roles-7 does it with private key copies, composed 0.125 / 0.166 / 0.141, but not yet within the "
-    "CI budget; a red team read duplicate-token and attend-to-first there, and here, from QK on the sum of block 0's "
-    "firing writes: 0.45-0.50)",
-}
+OPEN: dict[tuple[str, str], str] = {}
+# (head-roles 6's composed class, the cross-head overlaps of heads planted with the same rule: 0.45 / 0.40 / 0.51, was
+# the last entry; closed by version 7's private key copies, docs/TASKS.md.)
 # An OPEN finding limited to some levels: at the others the class is held to the limit as usual. (induction-circuit
 # 7's composed class was open at hard only, 0.351: closed by version 8's decoys, 0.228.)
 OPEN_LEVELS: dict[tuple[str, str], tuple[str, ...]] = {}

@@ -21,11 +21,15 @@ MLP has no linear part), and never-firing pairs (each reading three codes of a k
 reaches only SILENT - CUT < 0) complete the write map to an isometry (sum over units of
 w w^T = gamma I on the decoded features), so a head's circuits read in the unit basis have its own spectra.
 
-Known (a red team, 2026-12-04): the firing units' writes are shorter than the never-firing ones' (about 3.8 against
-7.0 at head-roles 7's sizes), so W_out alone tells which units fire; and since every firing unit reads READS codes,
-the null-space parts of their writes cancel in their sum, which is the sum of every code's decoded features: a head's
-QK read on that vector sums its pairs' signs (docs/TASKS.md, the head-roles findings). Irregular reads would not hide
-it: weighting each firing unit by the number of codes it reads gives the same sum for any incidence."""
+Known (a red team, 2026-12-04): the firing units' writes are shorter than the never-firing ones' (3.4-5.1 against
+8.3-8.5 at head-roles 7 easy), so W_out alone tells which units fire; and since every firing unit reads READS codes,
+the null-space parts of their writes cancel in their sum, which is the sum of every code's decoded features (any
+incidence: weighting each unit by the codes it reads gives the same sum). Head-roles 6 read a head's QK on that
+vector and summed its pairs' signs; version 7 makes every such sum one value for every head (all pairs positive,
+equally many on decoded positions and tokens), so the sum names nothing. Reading the heads inside the span of the
+firing writes instead (projecting both sides of every QK onto it) gave no cross-head signal at version 7 easy (same
+role 0.009-0.021 against 0.023-0.027 mean normalised overlap, seeds 0-1): the null-space parts dominate that span.
+"""
 
 from __future__ import annotations
 

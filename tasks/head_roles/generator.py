@@ -18,34 +18,35 @@ appears twice in a block (a redundant pair). The generator checks every head's s
 Why block 0 (versions 3-4, issue 16): in an attention-only model a first-layer head's scores are exactly
 the bilinear form of the embeddings, so W_pos QK W_pos^T *is* a positional head's rule and
 W_E QK W_E^T a content head's, and the role is a weight reading. Here the embeddings carry only raw
-codes (positions and tokens as signed one-hot codes) that no head reads; block 0's MLP decodes them into the
-features the heads read (one-hot positions twice and tokens three times, a constant; version 5 also had flags and a
-pad). Version 4's
-decoder (decoder.py) has no unit that writes one feature: each unit reads a few codes and writes a dense
-mixture, the firing units of a code summing to its features exactly, and never-firing units complete the
-write map to an isometry; so a head's circuits read in the unit basis, W_out QK W_out^T and W_out OV, have
-the head's own (layer-matched) spectra and no entry that is a planted one (version 3's units wrote one feature
-each, and counting the large entries of W_out QK W_out^T named the role). A head's role is readable by running
-the model, or by reading the MLP as the decoder it is (which units fire on which code, from W_in) and the heads in
-the decoded basis.
-Version 5 was version 4's construction with ``circuits.canonical_svd`` in its spectral padding (version 4 built the
-pad from whatever basis LAPACK returned for equal singular values, so its weights differed between machines).
-Version 6 (issue 16's last open finding): versions 1-5 gave every head of a block one spectral profile by padding its
-planted circuit in one subspace, ``pad``, shared by every head; the heaviest eigenspace of the heads' summed projectors
-found it, and the stripped circuit's rank named the role (0.83-0.87; a red team's rank rule 0.99). No padding of that
-kind can hide a rank (a head's pad mass is what its role leaves unused). So version 6 has no pad: every head has one
-structure (``positional_part`` and ``_plant``), a positional part, a constant-query pair and two token parts, each of
-fixed size and reading the same subspaces whatever the role, every pair at the block's strength; the role is in
-*which* pairs (an offset or its causally masked mirror, the identity or a derangement), readable only in the decoded
-basis or from the attention patterns. The copies are chosen so that no chain of a head's and the copying head's maps
-closes on the same copy (queries read ``tok`` and ``tok2``, keys ``tok`` and ``prev``, values ``tok3``): the trace of
-an induction head's key circuit composed with the copying head's OV was the identity's (``composed:ktokcomp_in``
-labelled induction heads until the values moved to ``tok3``).
+codes (positions and tokens as signed one-hot codes) that no head reads; block 0's MLP (decoder.py) decodes them
+into the features the heads read, with no unit that writes one feature (each unit reads a few codes and writes a
+dense mixture, the firing units of a code summing to its features exactly, never-firing units completing the write
+map to an isometry), so a head's circuits read in the unit basis have its own spectra and no entry that is a
+planted one. A head's role is readable by running the model, or by reading the MLP as the decoder it is (which
+units fire on which code, from W_in) and the heads in the decoded basis.
+
+History: version 5 fixed version 4's machine-dependent pad basis; version 6 dropped the spectral pad every head
+shared (its heaviest eigenspace gave the planted circuit back, whose rank named the role: 0.83-0.87) for one
+structure per head whatever the role. Version 7 (issue 16's last open finding) closes two readings of version 6:
+- heads planted with the same rule shared the same entries in the one decoded basis (every positional key read
+  ``pos2``), so the Frobenius inner products of two heads' QK circuits counted shared pairs through any rotation,
+  and products of two heads' circuits gave their relative offsets (one cyclic shift group): a red team 0.99. Here
+  every graded head reads its keys' positions from a private copy, ``key{g}`` (SLOTS slots, decoded from the
+  position codes in an order drawn per head, one slot decoded from nothing), and its token parts through powers of
+  one random token cycle per part, distinct across the model (the identity only for the one induction head's
+  ``prev`` part): no two heads share a planted entry, so every cross-head product is a permutation between spaces
+  whose decoding only block 0 holds.
+- a head's QK read on the sum of every code's decoded features (which the sum of block 0's firing writes gives)
+  summed its pairs' signs: duplicate-token heads (every pair negative) and attend-to-first heads (a positive
+  constant pair) stood out (0.45-0.50 with a learned fill). Here every pair of every head is positive, on the
+  same number of decoded positions and tokens, with the constant pair on a real position: every such sum is one
+  value for every head (duplicate-token is the offset HALF, which needs no self-avoiding negative pairs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -58,18 +59,19 @@ from ..rng import Stream
 from . import decoder, prompt
 
 TASK_ID = "head-roles"
-VERSION = "6"
+VERSION = "7"
 ROLES = ("previous-token", "duplicate-token", "induction", "attend-to-first", "local", "none")
 FIRST_ROLES = ("previous-token", "duplicate-token", "attend-to-first", "local", "none")  # block 1: no induction
 HALF, N_PROBE, N_LAYERS = 8, 64, 3
 FIRST = 1  # block 0 is the MLP-only re-encoder; blocks FIRST.. hold the graded heads
 N_CTX = 2 * HALF
-LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 9, 0.01), "hard": (32, 10, 0.02)}  # vocab, heads/layer, noise
+LEVELS = {"easy": (24, 8, 0.0), "medium": (28, 9, 0.006), "hard": (32, 10, 0.01)}  # vocab, heads/layer, noise
 THRESHOLD = 0.4  # stated in the prompt
 PLANTED_MIN, OTHER_MAX = 0.55, 0.25  # enforced by the generator
 STRENGTH = (6.0, 8.0)  # every QK pair of a block: one strength, drawn per block
 GAIN = (0.8, 2.0)  # every OV pair of a block: one copy gain, drawn per block
 NONE_OFFSETS = (4, 5, 6)  # "none" heads attend this far back: no role's target (induction's is 7 back, dup's 8)
+SLOTS = N_CTX + 1  # a head's private key copy: a slot per position and a spare one, decoded from nothing
 # block 0 has no attention and blocks FIRST.. no MLP: their weights are exactly zero (Planter.build draws no noise)
 SWITCHED_OFF = ("blocks.0.attn.", *(f"blocks.{layer}.mlp." for layer in range(FIRST, N_LAYERS)))
 
@@ -121,41 +123,45 @@ def detect_roles(
     return roles, scores
 
 
-def layout(vocab: int) -> Layout:
-    """The unrotated residual basis. Block 0 decodes every token into ``tok``, ``tok2`` and ``tok3`` and every position
-    into ``pos`` and ``pos2`` (equal on the data, so a head reads a token or a position on each side, and its values,
-    from different copies: no circuit reads a dim on both sides, every QK is traceless, and no chain of maps closes
-    on one copy); ``prev`` is what block 1's copying head writes (block 2's heads write there too, unread), ``scr``
-    what block 1's other heads write (nothing reads it). ``out``, read by the unembedding, is written by nothing: the
-    task grades attention patterns, not outputs."""
+def layout(vocab: int, graded: int) -> Layout:
+    """The unrotated residual basis. Block 0 decodes every token into ``tok``, ``tok2`` and ``tok3`` (queries read
+    ``tok`` and ``tok2``, keys ``tok`` and ``prev``, values ``tok3``: no circuit reads a dim on both sides, every QK
+    is traceless, and no chain of maps closes on one copy), every position into ``pos`` (what queries read) and into
+    each graded head's private key copy ``key{g}`` (what that head's keys read), and half the constant from each
+    code. ``prev`` is what block 1's copying head writes (block 2's heads write there too, unread), ``scr`` what
+    block 1's other heads write (nothing reads it); the unembedding reads ``tok3`` (the task grades attention
+    patterns, not outputs)."""
     lay = Layout()
     for name, dim in (("rawpos", N_CTX), ("rawtok", vocab),  # what the embeddings hold
-                      ("tok", vocab), ("tok2", vocab), ("tok3", vocab), ("prev", vocab), ("out", vocab), ("scr", vocab),
-                      ("pos", N_CTX),
-                      ("pos2", N_CTX), ("const", 1)):  # fmt: skip
+                      ("tok", vocab), ("tok2", vocab), ("tok3", vocab), ("prev", vocab), ("scr", vocab),
+                      ("pos", N_CTX), ("const", 1)):  # fmt: skip
         lay.add(name, dim)
+    for g in range(graded):
+        lay.add(f"key{g}", SLOTS)
     return lay
 
 
 def decoded(lay: Layout) -> list[int]:
-    """Every residual dim a head's QK or OV reads: written by block 0's MLP (``prev`` too, never on the data)."""
-    return [i for n in ("tok", "tok2", "tok3", "prev", "pos", "pos2", "const") for i in range(*lay.spans[n])]
+    """Every residual dim a head's QK or OV reads: written by block 0's MLP (``prev`` and each key copy's spare
+    slot too, never on the data)."""
+    names = ["tok", "tok2", "tok3", "prev", "pos", "const", *(n for n in lay.spans if n.startswith("key"))]
+    return [i for n in names for i in range(*lay.spans[n])]
 
 
 def _d_head(vocab: int) -> int:
-    return 2 * vocab + N_CTX  # every head's QK: the positional part (N_CTX pairs) and two token parts (vocab each)
+    return SLOTS + 2 * vocab  # every head's QK: the positional part (SLOTS pairs) and two token parts (vocab each)
 
 
-def _n_units(vocab: int) -> int:
-    return decoder.n_units([N_CTX, vocab], len(decoded(layout(vocab))))
+def _n_units(vocab: int, graded: int) -> int:
+    return decoder.n_units([N_CTX, vocab], len(decoded(layout(vocab, graded))))
 
 
 def _embed(p: Planter, s: Stream) -> None:
-    """Raw codes only: each position and each token a signed one-hot code; the unembedding reads ``out``."""
+    """Raw codes only: each position and each token a signed one-hot code; the unembedding reads ``tok3``."""
     lay, vocab = p.lay, p.cfg.d_vocab
     for t in range(vocab):
         p.W_E[t, lay.idx("rawtok", t)] = _sign(s)
-        p.W_U[lay.idx("out", t), t] = 1.0
+        p.W_U[lay.idx("tok3", t), t] = 1.0
     for i in range(N_CTX):
         p.W_pos[i, lay.idx("rawpos", i)] = _sign(s)
 
@@ -164,11 +170,11 @@ def _sign(s: Stream) -> float:
     return 1.0 if s.below(2) else -1.0
 
 
-def _decoder(p: Planter, s: Stream) -> None:
-    """Block 0's MLP (tasks/head_roles/decoder.py): a position decodes to its ``pos`` and ``pos2`` features and half
-    the constant, a token to its ``tok`` and ``tok2`` features and the constant's other half; ``prev`` is decoded
-    from nothing (what block 1 writes later), so only the never-firing units and the firing units' cancelling parts
-    write it."""
+def _decoder(p: Planter, s: Stream, slots: list[list[int]]) -> None:
+    """Block 0's MLP (tasks/head_roles/decoder.py): a position i decodes to ``pos`` i, to slot ``slots[g][i]`` of
+    every graded head g's key copy, and half the constant; a token to its ``tok``, ``tok2`` and ``tok3`` features
+    and the constant's other half. ``prev`` and each copy's spare slot ``slots[g][N_CTX]`` are decoded from nothing,
+    so only the never-firing units and the firing units' cancelling parts write them."""
     lay = p.lay
     features = decoded(lay)
     col = {dim: j for j, dim in enumerate(features)}
@@ -183,7 +189,7 @@ def _decoder(p: Planter, s: Stream) -> None:
 
     pos = decoder.Kind(
         [(lay.idx("rawpos", i), float(p.W_pos[i, lay.idx("rawpos", i)])) for i in range(N_CTX)],
-        rows(N_CTX, lambda i: [lay.idx("pos", i), lay.idx("pos2", i)]),
+        rows(N_CTX, lambda i: [lay.idx("pos", i), *(lay.idx(f"key{g}", sl[i]) for g, sl in enumerate(slots))]),
     )
     tok = decoder.Kind(
         [(lay.idx("rawtok", t), float(p.W_E[t, lay.idx("rawtok", t)])) for t in range(p.cfg.d_vocab)],
@@ -194,80 +200,109 @@ def _decoder(p: Planter, s: Stream) -> None:
 
 def config(level: str) -> HookedConfig:
     vocab, n_heads, _ = LEVELS[level]
-    return HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=layout(vocab).size + 4, d_head=_d_head(vocab),
-                        d_vocab=vocab, n_ctx=N_CTX, d_mlp=_n_units(vocab), attn_only=False)  # fmt: skip
+    graded = (N_LAYERS - FIRST) * n_heads
+    return HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=layout(vocab, graded).size + 4,
+                        d_head=_d_head(vocab), d_vocab=vocab, n_ctx=N_CTX, d_mlp=_n_units(vocab, graded),
+                        attn_only=False)  # fmt: skip
 
 
-def block0(p: Planter, s: Stream) -> None:
+def block0(p: Planter, s: Stream, slots: list[list[int]]) -> None:
     """The embeddings' raw codes and block 0's decoder, planted into ``p``."""
     _embed(p, s)
-    _decoder(p, s)
+    _decoder(p, s, slots)
 
 
 def _layer_roles(s: Stream, layer: int, n_heads: int) -> list[str]:
-    """Every role the block can hold, then extra draws (so some role repeats), in a random order."""
+    """Every role the block can hold, then extra draws (so some role repeats), in a random order. Induction is
+    planted once per model (its ``prev`` part is the one identity among the heads' token maps), so extras never
+    draw it."""
     allowed = FIRST_ROLES if layer == FIRST else ROLES
-    roles = list(allowed) + [s.pick(allowed) for _ in range(n_heads - len(allowed))]
+    roles = list(allowed) + [s.pick(FIRST_ROLES) for _ in range(n_heads - len(allowed))]
     return [roles[i] for i in s.permutation(n_heads)]
 
 
-def positional_part(role: str, offset: int) -> tuple[list[tuple[int, int, float]], int, float]:
-    """Every head's positional part: 15 (query ``pos`` i, key ``pos2`` j, sign) pairs, a partial permutation, and the
-    one key position it leaves free, with the sign of the constant query's pair on it (the 16th). What differs by role
-    is which pairs, never how many or what they read:
-    - an offset d (previous-token 1, local 2-3, none 4-6): i -> i - d for i >= d, and the first d - 1 queries wrap to
-      the last keys (j > i: causally masked, so inert); key 16 - d is free and the constant pair avoids it;
-    - attend-to-first, induction: i -> i + 1 (every pair masked: inert); key 0 is free, and the constant pair is the
-      role for attend-to-first (+) and avoids position 0 for induction (-);
-    - duplicate-token: i -> i with sign - for i >= 1 (the head avoids itself, whose token it reads too); key 0 is free
-      and avoided."""
-    n = N_CTX
-    if role == "duplicate-token":
-        return [(i, i, -1.0) for i in range(1, n)], 0, -1.0
-    if role in ("attend-to-first", "induction"):
-        return [(i, i + 1, 1.0) for i in range(n - 1)], 0, 1.0 if role == "attend-to-first" else -1.0
-    pairs = [(i, i - offset, 1.0) for i in range(offset, n)] + [(r, n + 1 - offset + r, 1.0) for r in range(offset - 1)]
-    return pairs, n - offset, -1.0
+def positional_part(role: str, offset: int) -> tuple[list[tuple[int, int | None]], int]:
+    """Every head's positional part: each query position i paired with a key position (or with its copy's spare
+    slot, None), and the key position the constant query is paired with; every pair positive, at the block's
+    strength. It is one cyclic shift of the N_CTX positions, i -> i - d mod N_CTX, whose pair onto the constant's
+    key moves to the spare slot, so every head has N_CTX - 1 pairs on decoded positions and the constant's on one:
+    - an offset d (previous-token 1, local 2-3, none 4-6, duplicate-token HALF): the wrapped pairs (i < d) are
+      causally masked, so inert; the constant reads the last position (live only for the last query);
+    - attend-to-first: d = N_CTX - 1 (i -> i + 1, masked but for the last query, whose pair the constant takes):
+      the constant reads position 0, the role;
+    - induction: the same shift, the constant on the last position (the role is in its token part)."""
+    shift, const_key = {"attend-to-first": (N_CTX - 1, 0), "induction": (N_CTX - 1, N_CTX - 1)}.get(
+        role, (offset, N_CTX - 1)
+    )
+    pairs = [(i, None if (i - shift) % N_CTX == const_key else (i - shift) % N_CTX) for i in range(N_CTX)]
+    return pairs, const_key
 
 
 def _offset(s: Stream, role: str) -> int:
-    return {"previous-token": 1, "local": 2 + s.below(2)}.get(role) or s.pick(NONE_OFFSETS)
+    """The positional shift of an offset role (0 for the others, whose shift positional_part fixes)."""
+    if role in ("attend-to-first", "induction"):
+        return 0
+    return {"previous-token": 1, "duplicate-token": HALF}.get(role) or (
+        2 + s.below(2) if role == "local" else s.pick(NONE_OFFSETS)
+    )
 
 
-def _derangement(s: Stream, n: int) -> list[int]:
-    while True:
-        perm = s.permutation(n)
-        if all(int(perm[t]) != t for t in range(n)):
-            return [int(v) for v in perm]
+def _cycle_power(order: list[int], k: int) -> list[int]:
+    """The k-th power of the cycle that visits the tokens in ``order``: token order[i] -> order[i + k]."""
+    n = len(order)
+    out = [0] * n
+    for i, t in enumerate(order):
+        out[t] = order[(i + k) % n]
+    return out
 
 
-def _plant(p: Planter, s: Stream, layer: int, head: int, role: str, st: float, gain: float, copies_prev: bool) -> None:
-    """One head: its positional part (positional_part), then two token parts that every head has: ``tok`` t against
-    ``prev`` of sigma(t) (the identity for induction; in block 1, where ``prev`` is still zero, any permutation, all
-    inert; elsewhere a derangement: a sparse distractor on the token after another token) and ``tok2`` t against
-    ``tok`` of tau(t) (the identity for duplicate-token, a derangement otherwise). Every pair has the block's strength
-    on its own query and key dims, so every head's QK is one partial isometry times that strength: the same rank and
-    singular values, reading the same subspaces. OV: every head copies every token from ``tok3`` at the block's gain
-    (block 1's copying head into ``prev``, the identity; block 1's other heads into ``scr``, permuted; block 2's into
-    ``prev``, permuted, which nothing reads after them). (``_offset`` draws for every role, so the stream, and the
-    version's bytes, depend on that.)"""
+@dataclass
+class Head:
+    """What one graded head is planted with: ``g`` its key copy, ``slots`` where that copy holds each position (and
+    its spare slot last), ``sigma`` / ``tau`` its token maps (``tok`` t -> ``prev`` sigma[t], ``tok2`` t -> ``tok``
+    tau[t])."""
+
+    g: int
+    role: str
+    slots: list[int]
+    sigma: list[int]
+    tau: list[int]
+
+
+def _heads(s: Stream, roles: dict[tuple[int, int], str], vocab: int) -> dict[tuple[int, int], Head]:
+    """Every graded head's key-copy order and token maps: powers of two random token cycles (one for ``prev``
+    parts, one for ``tok`` parts), each power used by one head only and never the identity but for the induction
+    head's ``prev`` part, so no two heads share a planted pair and no map but induction's fixes a token."""
+    orders = [s.permutation(vocab), s.permutation(vocab)]
+    powers = [[k + 1 for k in s.sample(vocab - 1, len(roles))] for _ in orders]
+    out = {}
+    for g, (head, role) in enumerate(roles.items()):
+        sigma_k = 0 if role == "induction" else powers[0][g]
+        out[head] = Head(g, role, s.permutation(SLOTS), _cycle_power(orders[0], sigma_k),
+                         _cycle_power(orders[1], powers[1][g]))  # fmt: skip
+    return out
+
+
+def _plant(p: Planter, s: Stream, layer: int, head: int, plan: Head, st: float, gain: float, copies: bool) -> None:
+    """One head: its positional part (positional_part) on its key copy, then two token parts that every head has,
+    ``tok`` t against ``prev`` of sigma(t) (the identity for induction; in block 1, where ``prev`` is still zero,
+    inert) and ``tok2`` t against ``tok`` of tau(t) (a sparse distractor on a token another token maps to). Every
+    pair is positive at the block's strength on its own query and key dims, so every head's QK is one partial
+    isometry times that strength: the same rank and singular values, and the same sums. OV: every head copies every
+    token from ``tok3`` at the block's gain (block 1's copying head into ``prev``, the identity; block 1's other heads
+    into ``scr``, permuted; block 2's into ``prev``, permuted, which nothing reads after them)."""
     lay = p.lay
     vocab = p.cfg.d_vocab
-    pairs, free, sign = positional_part(role, _offset(s, role))
-    qk = [(lay.idx("pos", i), lay.idx("pos2", j), sg * st) for i, j, sg in pairs]
-    qk.append((lay.idx("const"), lay.idx("pos2", free), sign * st))
-    if role == "induction":
-        sigma = list(range(vocab))
-    elif layer == FIRST:
-        sigma = [int(v) for v in s.permutation(vocab)]
-    else:
-        sigma = _derangement(s, vocab)
-    tau = list(range(vocab)) if role == "duplicate-token" else _derangement(s, vocab)
-    qk += [(lay.idx("tok", t), lay.idx("prev", sigma[t]), st) for t in range(vocab)]
-    qk += [(lay.idx("tok2", t), lay.idx("tok", tau[t]), st) for t in range(vocab)]
+    pairs, const_key = positional_part(plan.role, _offset(s, plan.role))
+    key = f"key{plan.g}"
+    spare = plan.slots[N_CTX]
+    qk = [(lay.idx("pos", i), lay.idx(key, spare if j is None else plan.slots[j]), st) for i, j in pairs]
+    qk.append((lay.idx("const"), lay.idx(key, plan.slots[const_key]), st))
+    qk += [(lay.idx("tok", t), lay.idx("prev", plan.sigma[t]), st) for t in range(vocab)]
+    qk += [(lay.idx("tok2", t), lay.idx("tok", plan.tau[t]), st) for t in range(vocab)]
     p.qk(layer, head, [qk[i] for i in s.permutation(len(qk))])
-    dst = list(range(vocab)) if copies_prev else [int(v) for v in s.permutation(vocab)]
-    space = "scr" if layer == FIRST and not copies_prev else "prev"  # block 2's writes into prev are read by nothing
+    dst = list(range(vocab)) if copies else [int(v) for v in s.permutation(vocab)]
+    space = "scr" if layer == FIRST and not copies else "prev"  # block 2's writes into prev are read by nothing
     p.ov(layer, head, [(lay.idx("tok3", t), lay.idx(space, dst[t]), gain) for t in range(vocab)])
 
 
@@ -282,8 +317,8 @@ def _probe(s: Stream, vocab: int) -> torch.Tensor:
 def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
-    lay = layout(vocab)
     cfg = config(level)
+    lay = layout(vocab, (N_LAYERS - FIRST) * n_heads)
     graded = range(FIRST, N_LAYERS)
     roles = {(layer, h): r for layer in graded for h, r in enumerate(_layer_roles(s, layer, n_heads))}
     # one QK strength and one OV gain per block, whatever its roles (every head's circuits then have one spectrum)
@@ -291,11 +326,12 @@ def generate(seed: int, level: str) -> Instance:
     gain = {layer: s.fraction(*GAIN) for layer in graded}
     while True:
         p = Planter(cfg, lay)
-        block0(p, s)
+        plans = _heads(s, roles, vocab)
+        block0(p, s, [plans[head].slots for head in roles])
         first_prev = min(h for (layer, h), r in roles.items() if layer == FIRST and r == "previous-token")
-        for (layer, head), role in roles.items():
+        for (layer, head), plan in plans.items():
             copies = (layer, head) == (FIRST, first_prev)
-            _plant(p, s, layer, head, role, strength[layer], gain[layer], copies)
+            _plant(p, s, layer, head, plan, strength[layer], gain[layer], copies)
         model = p.build(s, noise, off=SWITCHED_OFF)
         tokens = _probe(s, vocab)
         _, scores = detect_roles(model, tokens)
