@@ -329,7 +329,9 @@ class SandboxSettings(_EnvSettings):
     spawn_parallel: int = setting(4, "workers the warm pool starts at once while it refills", minimum=1)
     wall_seconds: float = setting(10.0, "wall-clock limit per snippet; the worker's process group is killed past it",
                                   minimum=0.1)  # fmt: skip
-    worker_memory_mb: int = setting(1024, "address space per worker above the zygote's measured baseline", minimum=64)
+    worker_memory_mb: int = setting(
+        2048, "address space per worker above the zygote's measured baseline (docs/SANDBOX.md)", minimum=64
+    )
     memory_budget_mb: int = setting(
         0, "all workers' private memory together (the watchdog kills the largest); 0 = RAM minus 4 GiB", minimum=0
     )
