@@ -12,6 +12,7 @@ import pytest
 import torch
 from baselines import head_stats
 from helpers import cached_instance, sweep_truths
+from mechsandbox.evaluation.redteam_head_roles import read_roles
 from mechsandbox.evaluation.shortcuts import earlier_mlp_writes, low_rank_svdvals
 from mechsandbox.tasks import LEVELS, get_family, grade
 from mechsandbox.tasks.circuits import Planter
@@ -341,3 +342,19 @@ def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
         share = (w_out**2).max(axis=1) / (w_out**2).sum(axis=1)  # the largest feature's share of each write
         spread = (w_out**2).sum(axis=1) ** 2 / (w_out**4).sum(axis=1)  # participation ratio: features written
         assert share.max() <= 0.2 and spread.min() >= len(feats) / 8, (seed, share.max(), spread.min())
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="open finding (docs/TASKS.md, head-roles' decoder read from W_out): a red team's weights-only reading "
+    "names every role at 0.99; once this passes the finding is closed, so the mark must go",
+)
+def test_no_weights_only_reading_decodes_block0() -> None:
+    """The red team's reading (evaluation/redteam_head_roles.py: firing units by W_out's norms, their filler removed
+    through the other kind's features, offsets from the copying head's shift) stays at or below the audit's 0.3."""
+    scores = []
+    for level in LEVELS:
+        for seed in range(2):
+            inst = cached_instance(FAM, seed, level)
+            scores.append(grade(FAM, read_roles(inst.model), inst.truth).score)
+    assert max(scores) <= 0.3, scores
