@@ -178,6 +178,8 @@ class Planter:
                 # rescale Q against K and V against O (QK and OV unchanged), so the norm of a single
                 # matrix says nothing about the head's job
                 cq, cv = (np.exp(s.fraction(-0.7, 0.7)), np.exp(s.fraction(-0.7, 0.7))) if rotate else (1.0, 1.0)
+                if not any(w[lay, h].any() for w in (w_q, w_k, w_v, w_o, b_q, b_k)):
+                    continue  # a head with nothing planted (head-roles' block 0) stays zero: its draws are made above
                 w_q[lay, h] = rot.T @ w_q[lay, h] @ sq * cq
                 w_k[lay, h] = rot.T @ w_k[lay, h] @ sq / cq
                 b_q[lay, h] = b_q[lay, h] @ sq * cq
@@ -192,6 +194,8 @@ class Planter:
         }
         for lay in range(cfg.n_layers if cfg.d_mlp else 0):
             order = s.permutation(cfg.d_mlp)  # unit order says nothing about a unit's job
+            if not (self.W_in[lay].any() or self.W_out[lay].any() or self.b_in[lay].any()):
+                continue  # an MLP with nothing planted stays zero (the model's default), as rotating it would give
             values[f"blocks.{lay}.mlp.W_in"] = rot.T @ self.W_in[lay][:, order]
             values[f"blocks.{lay}.mlp.b_in"] = self.b_in[lay][order]
             values[f"blocks.{lay}.mlp.W_out"] = self.W_out[lay][order] @ rot
