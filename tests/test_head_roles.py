@@ -196,9 +196,9 @@ def test_decoded_sums_are_one_value_for_every_head() -> None:
             pos = mlp(m.W_pos.detach()).double().sum(0)
             tok = mlp(m.W_E.detach()).double().sum(0)
             sums = {"pos": pos, "tok": tok}
+            # what every block-1 head writes from the token sum (the copying head's is the ``prev`` sum)
+            ov = torch.einsum("d,hde,hef->hf", tok, m.W_V[FIRST].double(), m.W_O[FIRST].double())
             for lay in GRADED:
-                # what every block-1 head writes from the token sum (the copying head's is the ``prev`` sum)
-                ov = torch.einsum("d,hde,hef->hf", tok, m.W_V[FIRST].double(), m.W_O[FIRST].double())
                 values = []
                 for h in range(m.cfg.n_heads):
                     qk = m.W_Q[lay, h].double() @ m.W_K[lay, h].double().T

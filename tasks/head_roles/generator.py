@@ -198,9 +198,14 @@ def _decoder(p: Planter, s: Stream, slots: list[list[int]]) -> None:
     decoder.plant(p, s, [pos, tok], features)
 
 
+def _n_graded(n_heads: int) -> int:
+    """Graded heads (blocks FIRST..), each with its own key copy."""
+    return (N_LAYERS - FIRST) * n_heads
+
+
 def config(level: str) -> HookedConfig:
     vocab, n_heads, _ = LEVELS[level]
-    graded = (N_LAYERS - FIRST) * n_heads
+    graded = _n_graded(n_heads)
     return HookedConfig(n_layers=N_LAYERS, n_heads=n_heads, d_model=layout(vocab, graded).size + 4,
                         d_head=_d_head(vocab), d_vocab=vocab, n_ctx=N_CTX, d_mlp=_n_units(vocab, graded),
                         attn_only=False)  # fmt: skip
@@ -318,7 +323,7 @@ def generate(seed: int, level: str) -> Instance:
     s = Stream(seed, f"{TASK_ID}/{level}")
     vocab, n_heads, noise = LEVELS[level]
     cfg = config(level)
-    lay = layout(vocab, (N_LAYERS - FIRST) * n_heads)
+    lay = layout(vocab, _n_graded(n_heads))
     graded = range(FIRST, N_LAYERS)
     roles = {(layer, h): r for layer in graded for h, r in enumerate(_layer_roles(s, layer, n_heads))}
     # one QK strength and one OV gain per block, whatever its roles (every head's circuits then have one spectrum)
