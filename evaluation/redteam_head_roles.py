@@ -1,8 +1,11 @@
 """A red team's weights-only reading of head-roles 7 (2026-12-04): every role at 0.99, no forward pass, no W_in.
 
-Kept as code so that a fix can be tested against it (``tests/test_head_roles.py`` holds it as a strict xfail, and
-``bench/redteam_head_roles.py`` prints its scores). It reads only the attention weights of blocks 1-2, block 0's
-W_out and the unembedding, and learns nothing. The steps, and the construction detail each one uses:
+Accepted as interpretability (docs/TASKS.md, head-roles' findings): it reads the circuit in a decoded feature
+basis, step by step, rather than a statistic that goes with the role. Kept as code as the family's weight-space
+reference: ``tests/test_head_roles.py`` holds that it still works (a version that closes it must say so in
+docs/TASKS.md) and ``bench/redteam_head_roles.py`` prints its scores. It reads only the attention weights of
+blocks 1-2, block 0's W_out and the unembedding, and learns nothing. The steps, and the construction detail each one
+uses:
 
 1. Firing units: block 0's W_out rows with the smallest norms (the firing units' writes are shorter than the
    never-firing completion's: a gap in the sorted norms). Each row comes twice (a unit and its partner).

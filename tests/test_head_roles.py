@@ -344,17 +344,13 @@ def test_block0_decodes_exactly_through_dense_unit_writes(level: str) -> None:
         assert share.max() <= 0.2 and spread.min() >= len(feats) / 8, (seed, share.max(), spread.min())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="open finding (docs/TASKS.md, head-roles' decoder read from W_out): a red team's weights-only reading "
-    "names every role at 0.99; once this passes the finding is closed, so the mark must go",
-)
-def test_no_weights_only_reading_decodes_block0() -> None:
-    """The red team's reading (evaluation/redteam_head_roles.py: firing units by W_out's norms, their filler removed
-    through the other kind's features, offsets from the copying head's shift) stays at or below the audit's 0.3."""
+def test_weights_circuit_reading_names_roles() -> None:
+    """The weight-space reading the family accepts as interpretability (evaluation/redteam_head_roles.py: block 0
+    decoded from W_out, every head's QK read as a shift in the decoded basis; docs/TASKS.md says why) names every
+    role. If a version makes it fail, docs/TASKS.md's technique table and findings must say what replaced it."""
     scores = []
     for level in LEVELS:
         for seed in range(2):
             inst = cached_instance(FAM, seed, level)
             scores.append(grade(FAM, read_roles(inst.model), inst.truth).score)
-    assert max(scores) <= 0.3, scores
+    assert min(scores) >= 0.95, scores

@@ -26,12 +26,13 @@ Known (a red team, 2026-12-04): the firing units' writes are shorter than the ne
 the null-space parts of their writes cancel in their sum, which is the sum of every code's decoded features (any
 incidence: weighting each unit by the codes it reads gives the same sum). Head-roles 6 read a head's QK on that
 vector and summed its pairs' signs; version 7 makes every such sum one value for every head (all pairs positive,
-equally many on decoded positions and tokens), so the sum names nothing. Open (a red team on version 7,
-evaluation/redteam_head_roles.py, 0.99 at every level): the filler is not hidden either. On the features its kind
+equally many on decoded positions and tokens), so the sum names nothing. Accepted as interpretability (a red team on
+version 7, evaluation/redteam_head_roles.py, 0.99 at every level; docs/TASKS.md says why: it reads the whole circuit
+in the decoded basis): the filler is not hidden either. On the features its kind
 does not decode, a firing unit writes only its filler, which lies in the left null space of its kind's incidence; the
 other kind's features are findable from the weights (W_U and the copying head's writes; the heads' private key
 spaces), so the firing rows restricted to them give each kind's null space exactly, and projecting it out leaves
-every code's decoded features: block 0 decoded from W_out alone. What would close it (docs/TASKS.md): firing rows
+every code's decoded features: block 0 decoded from W_out alone. What would make it harder (docs/TASKS.md): firing rows
 that W_out cannot tell from the never-firing ones (equal norms needs a flat firing Gram, i.e. code targets whose
 Gram matches the incidence's, and an equal-norm completion), so that finding them takes W_in, the decoding the
 family accepts.
