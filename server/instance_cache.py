@@ -25,7 +25,7 @@ class CachedInstance:
     def build(cls, task_id: str, seed: int, level: str) -> CachedInstance:
         """Generate the instance and its sandbox payload (what a miss and the prefetcher both do)."""
         instance = get_family(task_id).generate(seed, level)
-        return cls(instance, ModelPayload.from_instance(instance))
+        return cls(instance, ModelPayload.from_instance(instance))  # sealed: a reset passes a descriptor
 
 
 class InstanceCache:

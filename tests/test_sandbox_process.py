@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from helpers import cached_instance
 from mechsandbox.evaluation.procfs import cmdline, is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
+from mechsandbox.server.sandbox.sealed import SEALS
 
 SECRET_ENV = "MECHSANDBOX_TEST_SALT"
 SWALLOW = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"
@@ -68,7 +70,15 @@ def test_worker_is_hardened(pool, payload) -> None:
         assert os.getpgid(pid) == pid  # its own process group, killed as a whole
         assert status["Seccomp"].strip() == "2" and status["NoNewPrivs"].strip() == "1"
         fds = sorted(int(fd) for fd in os.listdir(f"/proc/{pid}/fd"))
-        assert fds == [0, 1, 2, fds[-1]] and len(fds) == 4
+        links = {fd: os.readlink(f"/proc/{pid}/fd/{fd}") for fd in fds}
+        model = [fd for fd, link in links.items() if link.startswith("/memfd:mechsandbox-model")]
+        sock = [fd for fd, link in links.items() if link.startswith("socket:")]
+        assert fds[:3] == [0, 1, 2] and len(model) == 1 and len(sock) == 1 and len(fds) == 5, links
+        held = os.open(f"/proc/{pid}/fd/{model[0]}", os.O_RDONLY)  # the very file the worker holds: sealed
+        try:
+            assert fcntl.fcntl(held, fcntl.F_GET_SEALS) == SEALS
+        finally:
+            os.close(held)
         for fd in (1, 2):
             assert os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/null"
         assert os.readlink(f"/proc/{pid}/cwd") == pool.workdir and os.listdir(pool.workdir) == []

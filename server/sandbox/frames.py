@@ -15,6 +15,7 @@ server treats it as a lost worker.
 from __future__ import annotations
 
 import json
+import os
 import socket
 import struct
 from typing import Any
@@ -37,11 +38,19 @@ class MalformedFrame(FrameError):
 _last_received: dict[int, int] = {}
 
 
-def send_frame(sock: socket.socket, message: dict[str, Any], blob: bytes = b"", seq: int | None = None) -> None:
+def send_frame(
+    sock: socket.socket, message: dict[str, Any], blob: bytes = b"", seq: int | None = None, fd: int | None = None
+) -> None:
+    """One frame; ``fd`` (a sealed model file) rides on its first bytes as SCM_RIGHTS. The attachment is sent on
+    its own, not joined to the header: joining copies it."""
     data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode()
     if seq is None:
         seq = _last_received.get(sock.fileno(), 0)
-    sock.sendall(HEADER.pack(len(data), len(blob), seq) + data + blob)
+    head = HEADER.pack(len(data), len(blob), seq) + data
+    sent = socket.send_fds(sock, [head], [fd]) if fd is not None else 0
+    sock.sendall(head[sent:])
+    if blob:
+        sock.sendall(blob)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -63,9 +72,32 @@ def recv_frame(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[d
     return message, blob
 
 
-def recv_numbered(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[dict[str, Any], bytes, int]:
-    """One frame: its message, its attachment and its sequence number."""
-    n_json, n_blob, seq = HEADER.unpack(_recv_exact(sock, HEADER.size))
+def recv_frame_fd(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[dict[str, Any], bytes, int | None]:
+    """``recv_frame`` for the worker: also the descriptor that may ride on the frame's first bytes (the caller
+    owns it). Only workers read descriptors; the server reads with ``recv_numbered``, so the kernel drops any a
+    worker sends."""
+    first, fds, flags, _ = socket.recv_fds(sock, HEADER.size, 1)
+    if flags & socket.MSG_CTRUNC or len(fds) > 1:
+        for fd in fds:
+            os.close(fd)
+        raise MalformedFrame("a frame carried more than one descriptor")
+    if not first:
+        raise FrameError("connection closed")
+    try:
+        message, blob, seq = recv_numbered(sock, max_json, max_blob, first)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    _last_received[sock.fileno()] = seq
+    return message, blob, fds[0] if fds else None
+
+
+def recv_numbered(
+    sock: socket.socket, max_json: int, max_blob: int = 0, first: bytes = b""
+) -> tuple[dict[str, Any], bytes, int]:
+    """One frame: its message, its attachment and its sequence number (``first``: header bytes already read)."""
+    n_json, n_blob, seq = HEADER.unpack(first + _recv_exact(sock, HEADER.size - len(first)))
     if n_json > max_json or n_blob > max_blob:
         raise MalformedFrame(f"frame too large ({n_json} + {n_blob} bytes)")
     try:

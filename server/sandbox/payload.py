@@ -6,6 +6,10 @@ sandbox's contract with the rest of the package is this payload and ``mechsandbo
 classes, records, helper objects): nothing under ``server/sandbox/`` imports the task framework or the
 artifact code (tests/test_sandbox_contract.py checks the import graph), so a hardened worker never
 loads a generator.
+
+A payload keeps its bytes in a sealed memory file (``sealed.SealedBlob``): a reset hands the worker a
+descriptor instead of pushing the bytes through its socket. The zygote's warm-up payloads keep plain bytes
+(``sealed=False``: every worker would inherit their descriptors).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from safetensors.torch import save
 from torch import nn
 
 from ...arch import describe, helpers_for, public_tensors
+from .sealed import SealedBlob
 
 
 class PublicParts(Protocol):
@@ -29,10 +34,22 @@ class PublicParts(Protocol):
 @dataclass(frozen=True)
 class ModelPayload:
     header: dict[str, Any]  # {"arch": record, "probe": {...}, "helpers": [names in arch.HELPERS]}
-    blob: bytes  # safetensors of model.* and probe.* tensors
+    data: bytes | SealedBlob  # safetensors of model.* and probe.* tensors, as bytes or in a sealed memory file
 
     @classmethod
-    def from_instance(cls, inst: PublicParts) -> ModelPayload:
+    def from_instance(cls, inst: PublicParts, sealed: bool = True) -> ModelPayload:
+        """``sealed``: keep the bytes in a sealed memory file (plain bytes where the system has none)."""
         tensors, other = public_tensors(inst.model, inst.probe)
         header = {"arch": describe(inst.model), "probe": other, "helpers": helpers_for(inst.model)}
-        return cls(header, save(tensors))
+        blob = save(tensors)
+        return cls(header, (SealedBlob.create(blob) if sealed else None) or blob)
+
+    @property
+    def blob(self) -> bytes:
+        """The safetensors bytes (read back from the memory file when sealed)."""
+        return self.data.read() if isinstance(self.data, SealedBlob) else self.data
+
+    @property
+    def fd(self) -> int | None:
+        """The sealed memory file's descriptor, or None when the payload holds plain bytes."""
+        return self.data.fd if isinstance(self.data, SealedBlob) else None

@@ -184,7 +184,12 @@ class Worker:
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
 
     def request(
-        self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes = b""
+        self,
+        message: dict[str, Any],
+        timeout: float,
+        settings: SandboxSettings,
+        blob: bytes = b"",
+        fd: int | None = None,
     ) -> dict[str, Any]:
         """Send one numbered request and return its validated reply; any doubt about the reply loses the worker."""
         if not self.alive:
@@ -194,7 +199,7 @@ class Worker:
             if self._spoke_out_of_turn():
                 raise InvalidReply("a frame arrived before the request was sent")
             self.sock.settimeout(timeout)
-            send_frame(self.sock, message, blob, seq=self.seq)
+            send_frame(self.sock, message, blob, seq=self.seq, fd=fd)
             reply, _, seq = recv_numbered(self.sock, MAX_REPLY)
             if seq != self.seq:
                 raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
@@ -576,7 +581,9 @@ class SandboxSession:
             self.resets += 1
         worker = self.pool.take_worker()
         try:
-            reply = worker.request({"op": "load", **self.payload.header}, 60.0, self.pool.settings, self.payload.blob)
+            payload = self.payload
+            blob = b"" if payload.fd is not None else payload.blob  # a sealed file goes as its descriptor
+            reply = worker.request({"op": "load", **payload.header}, 60.0, self.pool.settings, blob, payload.fd)
         except WorkerLost as exc:
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None

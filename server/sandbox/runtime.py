@@ -11,6 +11,7 @@ message and library paths scrubbed; the snippet's source text and library frames
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import sys
 import time
@@ -31,6 +32,7 @@ from .policy import (
     compile_snippet,
     make_globals,
 )
+from .sealed import map_tensors
 from .solution import AnswerError, to_json_answer
 
 MAX_SOURCE = 64 * 1024
@@ -78,6 +80,7 @@ class Runtime:
         self.buffer = OutputBuffer(output_cap)
         self.globals: dict[str, Any] | None = None
         self.pristine: tuple[Any, dict[str, Any]] | None = None
+        self.model_fd: int | None = None  # the sealed model file a load came in (reset_model maps it again)
 
     def base_namespace(self) -> dict[str, Any]:
         f = self.facades
@@ -90,20 +93,31 @@ class Runtime:
             "json": f["json"],
         }
 
-    def load(self, header: dict[str, Any], blob: bytes) -> None:
-        """Build the public model and probe from an architecture record and safetensors bytes.
+    def load(self, header: dict[str, Any], blob: bytes, fd: int | None = None) -> None:
+        """Build the public model and probe from an architecture record and safetensors bytes, or the sealed
+        memory file ``fd`` holding them (kept open for ``reset_model``; mapped copy-on-write, not copied).
 
         The helper objects named in the header come from ``arch.HELPERS`` only (an unknown name is an
         error), so a payload can add ``utils`` to the namespace but never an arbitrary object."""
-        state, probe = split_public_tensors(safetensors.torch.load(blob))
+        if self.model_fd is not None:
+            os.close(self.model_fd)
+        self.model_fd = fd
+        state, probe = split_public_tensors(map_tensors(fd) if fd is not None else safetensors.torch.load(blob))
         helpers = helper_namespace(header.get("helpers", []))
         self.pristine = (header["arch"], state)  # reset_model() builds from these; no snippet sees them
-        self.install({"model": self.fresh_model(), **probe, **header.get("probe", {}), **helpers})
+        self.install({"model": self.fresh_model(first=True), **probe, **header.get("probe", {}), **helpers})
 
-    def fresh_model(self) -> Any:
+    def fresh_model(self, first: bool = False) -> Any:
+        """The model as loaded. From a memory file the weights are a fresh private mapping each time (the first
+        call's is the one ``load`` made): a snippet's writes stay in its own pages, nothing is copied up front."""
         arch, state = self.pristine
         model = build(arch)
-        model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
+        if self.model_fd is None:
+            model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
+        else:
+            mapped = state if first else split_public_tensors(map_tensors(self.model_fd))[0]
+            model.load_state_dict(mapped, assign=True)
+            self.pristine = (arch, {})  # later calls map the file again; keep no reference to a snippet's pages
         model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
         return model
 

@@ -70,7 +70,8 @@ def warm_up_payloads() -> list[ModelPayload]:
     payloads = []
     for arch in ARCHITECTURES.values():
         record = arch.tiny_record()
-        payloads.append(ModelPayload.from_instance(_TinyInstance(build(record), {"sample": arch.sample(record)})))
+        tiny = _TinyInstance(build(record), {"sample": arch.sample(record)})
+        payloads.append(ModelPayload.from_instance(tiny, sealed=False))  # no descriptor for every worker to inherit
     return payloads
 
 

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from .facade import Facade
-from .frames import MAX_REPLY, recv_frame, send_frame
+from .frames import MAX_REPLY, recv_frame_fd, send_frame
 from .hardening import HardeningConfig, harden
 from .payload import ModelPayload
 from .runtime import Runtime
@@ -57,8 +57,8 @@ def serve(
         own_threads = _threads()
         send_frame(sock, {"isolation": report})
         while True:
-            message, blob = recv_frame(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
-            reply = handle(runtime, message, blob, limits)
+            message, blob, fd = recv_frame_fd(sock, MAX_REQUEST_JSON, MAX_MODEL_BYTES)
+            reply = handle(runtime, message, blob, limits, fd)
             extra = _extra_threads(own_threads) if message.get("op") in ("run", "unrestricted") else 0
             if extra:
                 reply["retire"] = f"the snippet left {extra} thread(s) running"
@@ -84,8 +84,15 @@ def _extra_threads(own: int) -> int:
         time.sleep(0.002)
 
 
-def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[str, Any]) -> dict[str, Any]:
+def handle(
+    runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[str, Any], fd: int | None = None
+) -> dict[str, Any]:
+    """One request's reply. ``fd``: a sealed model file sent with a load (the runtime keeps it); with any other
+    request it is closed unread."""
     op = message.get("op")
+    if fd is not None and op != "load":
+        os.close(fd)
+        fd = None
     if op == "run":
         code = message.get("code")
         if not isinstance(code, str):
@@ -93,8 +100,8 @@ def handle(runtime: Runtime, message: dict[str, Any], blob: bytes, limits: dict[
         return runtime.run(code, soft_timeout=message.get("soft_timeout"))
     if op == "load":
         try:
-            runtime.load(message, blob)
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:  # a malformed record or state dict
+            runtime.load(message, blob, fd)
+        except (KeyError, TypeError, ValueError, RuntimeError, OSError) as exc:  # a malformed record or state dict
             return {"error": f"{type(exc).__name__}: {exc}"[:2000]}
         return {"ok": True}
     if op == "solution":
