@@ -102,9 +102,16 @@ class Attention(nn.Module):
         self.b_V = nn.Parameter(torch.zeros(h, dh))
         self.b_O = nn.Parameter(torch.zeros(d))
         self.attn_scale = math.sqrt(dh)
-        self.register_buffer("mask", torch.tril(torch.ones(cfg.n_ctx, cfg.n_ctx, dtype=torch.bool)), persistent=False)
+        self.register_buffer("mask", self._causal_mask(), persistent=False)
         for name in ("hook_q", "hook_k", "hook_v", "hook_attn_scores", "hook_pattern", "hook_z", "hook_result"):
             setattr(self, name, HookPoint())
+
+    def _causal_mask(self) -> torch.Tensor:
+        return torch.tril(torch.ones(self.cfg.n_ctx, self.cfg.n_ctx, dtype=torch.bool, device="cpu"))
+
+    def rebuild_buffers(self) -> None:
+        """The causal mask again (it is not saved with the weights), for a model built on the meta device."""
+        self.mask = self._causal_mask()
 
     def forward(self, resid: torch.Tensor) -> torch.Tensor:
         q = self.hook_q(torch.einsum("bpd,hde->bphe", resid, self.W_Q) + self.b_Q)

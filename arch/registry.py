@@ -168,6 +168,26 @@ def build(record: Record) -> nn.Module:
     return ARCHITECTURES[name].make(record)
 
 
+def build_with(record: Record, state: dict[str, torch.Tensor]) -> nn.Module:
+    """A model of the recorded class whose parameters *are* ``state``'s tensors (assigned, not copied).
+
+    Why: a sandbox worker's weights are a copy-on-write mapping of the model file; building the model first would
+    allocate and zero-fill every parameter only to drop it (37 MB of page faults for head-roles hard, most of a
+    warm reset). So the modules are made on the meta device, the tensors assigned, and what the weights do not
+    carry (the causal mask) is rebuilt by the module that owns it (``rebuild_buffers``)."""
+    with torch.device("meta"):
+        model = build(record)
+    model.load_state_dict(state, assign=True)
+    for module in model.modules():
+        rebuild = getattr(module, "rebuild_buffers", None)
+        if callable(rebuild):
+            rebuild()
+    left = [name for name, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise ValueError(f"the model file leaves {left[:3]} unset")
+    return model
+
+
 def helpers_for(model: nn.Module) -> list[str]:
     """The names of the helper objects a session on this model gets (e.g. ``["utils"]``)."""
     return list(architecture_of(model).helpers)

@@ -19,6 +19,7 @@ import pytest
 import safetensors.torch
 import torch
 from helpers import cached_instance, shared_pool
+from mechsandbox.arch import ARCHITECTURES, build, build_with
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.server.sandbox.frames import MalformedFrame, recv_frame_fd, send_frame
 from mechsandbox.server.sandbox.sealed import SEALS, SealedBlob, map_tensors
@@ -208,3 +209,23 @@ def test_a_session_can_keep_many_models() -> None:
     finally:
         session.close()
     assert result.error is None and result.stdout == "100 True\n", result
+
+
+@pytest.mark.parametrize("name", sorted(ARCHITECTURES))
+def test_build_with_gives_the_model_build_and_load_give(name: str) -> None:
+    """A worker builds its model on the meta device and assigns the mapped tensors (``arch.build_with``): every
+    parameter and buffer (the causal mask included, which the weights do not carry) and the forward pass must be
+    those of the plain build + load_state_dict."""
+    arch = ARCHITECTURES[name]
+    record = arch.tiny_record()
+    gen = torch.Generator().manual_seed(0)
+    state = {k: torch.randn(v.shape, generator=gen).to(v.dtype) for k, v in build(record).state_dict().items()}
+    plain = build(record)
+    plain.load_state_dict(state)
+    assigned = build_with(record, {k: v.clone() for k, v in state.items()})
+    named = dict(plain.named_buffers()) | dict(plain.named_parameters())
+    for key, tensor in [*assigned.named_buffers(), *assigned.named_parameters()]:
+        assert not tensor.is_meta and torch.equal(tensor, named[key]), key
+    assert sorted(named) == sorted(dict(assigned.named_buffers()) | dict(assigned.named_parameters()))
+    sample = arch.sample(record)
+    assert torch.equal(plain.eval()(sample), assigned.eval()(sample))

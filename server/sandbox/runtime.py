@@ -21,7 +21,7 @@ from typing import Any
 
 import safetensors.torch
 
-from ...arch import build, helper_namespace, split_public_tensors
+from ...arch import build, build_with, helper_namespace, split_public_tensors
 from .facade import Facade, make_import
 from .policy import (
     REFUSED_BUILTINS,
@@ -111,12 +111,11 @@ class Runtime:
         """The model as loaded. From a memory file the weights are a fresh private mapping each time (the first
         call's is the one ``load`` made): a snippet's writes stay in its own pages, nothing is copied up front."""
         arch, state = self.pristine
-        model = build(arch)
         if self.model_fd is None:
+            model = build(arch)
             model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
         else:
-            mapped = state if first else split_public_tensors(map_tensors(self.model_fd))[0]
-            model.load_state_dict(mapped, assign=True)
+            model = build_with(arch, state if first else split_public_tensors(map_tensors(self.model_fd))[0])
             self.pristine = (arch, {})  # later calls map the file again; keep no reference to a snippet's pages
         model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
         return model
