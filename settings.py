@@ -275,6 +275,8 @@ class ServerSettings(_EnvSettings):
         0.5, "share of the time the ahead-of-time generator spends generating (it rests in proportion after each "
         "instance)", minimum=0.05, maximum=1
     )
+    prefetch_process: bool = setting(True, "generate ahead in a child process (its own interpreter: generation never "
+                                     "holds the server's); off = a thread in the server")  # fmt: skip
     prefetch_pairs: tuple[str, ...] = setting((), "`task/level` pairs filled at startup (e.g. `committee-circuit/hard`)"
                                               "; the others start at their first seedless reset")  # fmt: skip
     replica_id: str = setting("", "this replica's name behind a load balancer (letters, digits, `-`, up to 63): HTTP "

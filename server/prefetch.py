@@ -12,8 +12,9 @@ one for its seed (the same ``generate``; tests/test_prefetch.py compares bytes a
 The thread generates one instance at a time and then rests in proportion (``prefetch_cpu_share``: at 0.5 it
 rests as long as it generated), so stepping sessions keep most of the time; a wanted pair with nothing ready comes
 before the test split's pre-warm. A generation that fails is logged once
-with the pair, and that pair's seedless resets generate on demand from then on; if the thread itself ends, every
-pair does. Nothing here holds a lock while generating.
+with the pair, and that pair's seedless resets generate on demand from then on; if the thread itself ends, or the
+generator process it uses (``generator_process.py``, the default) dies, every pair does. Nothing here holds a lock while
+generating.
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ log = logging.getLogger("mechsandbox.server")
 
 Pair = tuple[str, str]  # (family id, level)
 Build = Callable[[str, int, str], CachedInstance]
+
+
+class BuilderGone(Exception):
+    """The build function itself is gone (the generator process died): the prefetcher stops, not just one pair."""
 
 
 class Prefetcher:
@@ -134,6 +139,9 @@ class Prefetcher:
             self._cond.notify_all()
         if wait_s and self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(wait_s)
+        close = getattr(self._build, "close", None)
+        if callable(close):  # a generator process
+            close()
 
     # -- the thread ----------------------------------------------------------------------------------------------
     def _next_job(self) -> tuple[str, int, str, Callable[[CachedInstance], None] | None] | None:
@@ -172,6 +180,8 @@ class Prefetcher:
         started = time.monotonic()
         try:
             item = self._build(task_id, seed, level)
+        except BuilderGone:
+            raise  # _run stops the prefetcher with one log line
         except Exception as exc:
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
             with self._cond:

@@ -27,7 +27,8 @@ from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
-from .instance_cache import InstanceCache
+from .generator_process import GeneratorProcess
+from .instance_cache import CachedInstance, InstanceCache
 from .prefetch import Pair, Prefetcher
 from .runs import Runs
 from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
@@ -68,8 +69,9 @@ class Service:
         self.sandbox_settings = sandbox or SandboxSettings.from_env()
         self.pool = SandboxPool(self.sandbox_settings)
         self.cache = InstanceCache(self.settings.cache_size)
+        build = GeneratorProcess() if self.settings.prefetch_process else CachedInstance.build
         self.prefetch = Prefetcher(self.settings.prefetch_depth, self.settings.prefetch_total,
-                                   self.settings.prefetch_cpu_share)  # fmt: skip
+                                   self.settings.prefetch_cpu_share, build)  # fmt: skip
         self.prefetch_pairs = self._pairs("prefetch_pairs")  # an unknown task fails here, before anything starts
         self.prewarm_pairs = self._pairs("prewarm_test")
         self.http: dict[str, Episode] = {}

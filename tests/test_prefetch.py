@@ -6,12 +6,17 @@ wait for generation (a generous bound: the figures live in bench/)."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Callable
 
 import pytest
+import torch
+from mechsandbox.server.generator_process import GeneratorProcess
 from mechsandbox.server.instance_cache import CachedInstance
 from mechsandbox.server.prefetch import Prefetcher
+from mechsandbox.tasks import get_family
 from server_harness import running_server
 
 
@@ -107,6 +112,52 @@ def test_a_failing_generation_or_a_dead_thread_falls_back_to_on_demand(caplog) -
     wait_until(lambda: "stopped" in dead.status())
     assert dead.take("dead-neurons", "easy") is None and "Crash" in dead.status()["stopped"]
     assert any("instance prefetch stopped" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(("task_id", "level"), [("copy-head", "medium"), ("causal-subspace", "easy")])
+def test_the_generator_process_gives_the_on_demand_instance(task_id: str, level: str) -> None:
+    """What the child process sends back, rebuilt in the server (sealed file, model over a mapping of it), is the
+    instance generated here: payload bytes and header, truth, prompt, every weight, the model's mode, and the same
+    grade for the same answer (causal-subspace grades by running the server's model)."""
+    process = GeneratorProcess()
+    try:
+        item = process(task_id, 1234, level)
+    finally:
+        process.close()
+    fresh = CachedInstance.build(task_id, 1234, level)
+    assert item.payload.fd is not None and item.payload.blob == fresh.payload.blob
+    assert item.payload.header == fresh.payload.header
+    got, want = item.instance, fresh.instance
+    assert (got.truth, got.prompt, got.config, got.answer_schema) == (want.truth, want.prompt, want.config,
+                                                                      want.answer_schema)  # fmt: skip
+    weights = want.model.state_dict()
+    assert sorted(got.model.state_dict()) == sorted(weights)
+    assert all(torch.equal(t, weights[k]) for k, t in got.model.state_dict().items())
+    assert got.model.training == want.model.training
+    if task_id == "causal-subspace":  # a partly right answer, so the score depends on the model's behaviour
+        d = want.truth["d"]
+        answer = [[1.0 if i in (0, 1) else 0.0 for i in range(d)], *want.truth["basis"]]
+        family = get_family(task_id)
+        assert family.grade(answer, got.truth, got).score == family.grade(answer, want.truth, want).score
+
+
+def test_a_killed_generator_process_falls_back_to_on_demand(caplog) -> None:
+    caplog.set_level(logging.ERROR, logger="mechsandbox.server")
+    process = GeneratorProcess()
+    prefetch = Prefetcher(depth=1, total=1, cpu_share=1.0, build=process).start()
+    try:
+        prefetch.take("dead-neurons", "easy")
+        wait_until(lambda: prefetch.status()["ready"].get("dead-neurons/easy") == 1)
+        assert process.pid is not None
+        os.kill(process.pid, signal.SIGKILL)
+        assert prefetch.take("dead-neurons", "easy") is not None  # the one already made is still served
+        wait_until(lambda: "stopped" in prefetch.status())
+        assert prefetch.take("dead-neurons", "easy") is None  # on demand from now on
+        assert "generator process ended" in prefetch.status()["stopped"]
+        [line] = [r.getMessage() for r in caplog.records if "instance prefetch stopped" in r.getMessage()]
+        assert "generator process ended" in line and "generates on demand" in line
+    finally:
+        prefetch.stop(wait_s=10)
 
 
 def test_the_cpu_share_makes_the_thread_rest_between_instances() -> None:

@@ -1,0 +1,136 @@
+"""Instances generated ahead in a child process, so that generation never holds the server's interpreter.
+
+Why: the prefetcher (``prefetch.py``) keeps pools of fresh instances full while sessions step. Generation is
+mostly Python around small torch calls, and in the server process it holds the GIL for up to 5 ms at a time
+(Python's switch interval) against the threads that answer resets and steps: on 2 cores with 8 sessions playing,
+every hand-off of a request between the event loop and its worker thread could wait that long. A child process has
+its own interpreter; the kernel shares the CPU, and the prefetcher's duty cycle (``prefetch_cpu_share``) still
+bounds how much it takes.
+
+What crosses the pipe is what a reset needs and nothing the child could not make: the instance without its model
+(pickled: truth, probe, prompt, answer schema), the payload header and the model's safetensors bytes. The server
+writes the bytes once into the sealed file a reset hands to workers (``sandbox/sealed.py``) and builds its own copy
+of the model over a private mapping of that same file (``arch.build_with``): the instance is the on-demand one,
+bit for bit (tests/test_prefetch.py compares bytes, truth and every weight).
+
+The child is started at the first job (``python -m mechsandbox.server.generator_process``: torch and the families
+import in a few seconds) with the server's torch thread count, so the bytes do not depend on where an instance was
+generated. If it dies, the call raises ``BuilderGone`` and the prefetcher stops with one log line; seedless resets
+then generate on demand.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import socket
+import subprocess
+import sys
+import threading
+from multiprocessing.connection import Connection
+from typing import Any
+
+import torch
+
+from ..arch import build_with, split_public_tensors
+from .instance_cache import CachedInstance
+from .prefetch import BuilderGone
+from .sandbox.payload import ModelPayload
+from .sandbox.sealed import SealedBlob, map_tensors
+
+
+def _serve(conn: Connection, threads: int) -> None:
+    """The child: generate each (task, seed, level) it is sent, until the pipe closes."""
+    torch.set_num_threads(threads)
+    from ..tasks import get_family
+
+    while True:
+        try:
+            task_id, seed, level = conn.recv()
+        except (EOFError, OSError):
+            return
+        try:
+            inst = get_family(task_id).generate(seed, level)
+            payload = ModelPayload.from_instance(inst, sealed=False)
+            bare = pickle.dumps(dataclasses.replace(inst, model=None), protocol=pickle.HIGHEST_PROTOCOL)
+            reply: tuple[Any, ...] = ("ok", bare, payload.header, payload.blob)
+        except Exception as exc:
+            reply = ("error", f"{type(exc).__name__}: {exc}")
+        conn.send(reply)
+
+
+class GeneratorProcess:
+    """A ``Prefetcher`` build function that generates in one child process (started on first use)."""
+
+    def __init__(self, threads: int | None = None):
+        self.threads = threads or torch.get_num_threads()
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+        self._process: subprocess.Popen | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def __call__(self, task_id: str, seed: int, level: str) -> CachedInstance:
+        with self._lock:
+            if self._conn is None:
+                self._start()
+            assert self._conn is not None
+            try:
+                self._conn.send((task_id, seed, level))
+                reply = self._conn.recv()
+            except (EOFError, OSError) as exc:
+                code = self._process.poll() if self._process is not None else None
+                self._close()
+                raise BuilderGone(f"the generator process ended (exit code {code}): {type(exc).__name__}") from None
+        if reply[0] != "ok":
+            raise RuntimeError(reply[1])
+        _, bare, header, blob = reply
+        return rebuild(pickle.loads(bare), header, blob)
+
+    def _start(self) -> None:
+        # a fresh interpreter (never a fork of the server: its threads, sockets and secrets stay behind), started
+        # as a module rather than through multiprocessing's spawn, which would re-import the server's __main__
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with child:
+            self._process = subprocess.Popen(
+                [sys.executable, "-m", "mechsandbox.server.generator_process", str(child.fileno()), str(self.threads)],
+                pass_fds=(child.fileno(),),
+                stdin=subprocess.DEVNULL,
+            )
+        self._conn = Connection(parent.detach())
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._process is not None:  # it exits when its pipe closes; a generation under way is not waited for
+            self._process.kill()
+            self._process.wait(timeout=10)
+            self._process = None
+
+    def close(self) -> None:
+        """End the child (it exits when its pipe closes)."""
+        with self._lock:
+            self._close()
+
+
+def rebuild(bare: Any, header: dict[str, Any], blob: bytes) -> CachedInstance:
+    """The instance and payload from what the child sent: the bytes go into the sealed file once, and the server's
+    model is built over a private mapping of it (eval mode, as every generator returns it)."""
+    sealed = SealedBlob.create(blob)
+    payload = ModelPayload(header, sealed or blob)
+    state, _ = split_public_tensors(map_tensors(sealed.fd) if sealed is not None else _load(blob))
+    model = build_with(header["arch"], state).eval()
+    return CachedInstance(dataclasses.replace(bare, model=model), payload)
+
+
+def _load(blob: bytes) -> dict[str, torch.Tensor]:
+    import safetensors.torch
+
+    return safetensors.torch.load(blob)
+
+
+if __name__ == "__main__":  # python -m mechsandbox.server.generator_process <socket fd> <torch threads>
+    _serve(Connection(int(sys.argv[1])), int(sys.argv[2]))
