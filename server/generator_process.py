@@ -67,6 +67,7 @@ class GeneratorProcess:
         self._lock = threading.Lock()
         self._conn: Connection | None = None
         self._process: subprocess.Popen | None = None
+        self._closed = False
 
     @property
     def pid(self) -> int | None:
@@ -74,6 +75,8 @@ class GeneratorProcess:
 
     def __call__(self, task_id: str, seed: int, level: str) -> CachedInstance:
         with self._lock:
+            if self._closed:
+                raise BuilderGone("the generator process was closed")
             if self._conn is None:
                 self._start()
             assert self._conn is not None
@@ -111,7 +114,12 @@ class GeneratorProcess:
             self._process = None
 
     def close(self) -> None:
-        """End the child (it exits when its pipe closes)."""
+        """End the child now, even mid-generation (the call waiting on it raises ``BuilderGone``); none starts again.
+        Killed before the lock is taken, so a server stopping never waits for an instance it will not serve."""
+        self._closed = True
+        process = self._process
+        if process is not None:
+            process.kill()
         with self._lock:
             self._close()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pkgutil
 import re
@@ -117,6 +118,65 @@ def test_check_reports_tampering(tmp_path: Path) -> None:
     assert any("copy-head/easy/seed1.json" in p and "missing" in p for p in problems)
     result = subprocess.run([*CLI, "gen-art", "--check", "--quiet", "--out", str(copy)], capture_output=True, text=True)
     assert result.returncode == 1 and "FAILED" in result.stderr
+
+
+def _variant(name: str, change) -> bytes:
+    """The committed-to-be bytes of a canonical weights file, with ``change`` applied to its tensors."""
+    from safetensors.torch import load, save
+
+    inst = cached_instance("copy-head", 0, "easy")
+    tensors = load(export.instance_files(inst)[name])
+    change(tensors)
+    return save(tensors, metadata={"family_version": inst.family_version})
+
+
+def test_only_another_cpus_rounding_passes_the_artifact_check(tmp_path: Path) -> None:
+    """A weights file may differ from the manifest only as another CPU's float64 rounding makes it (docs/CONTRACT.md):
+    a few entries exactly one 2^-16 quantum apart. Two quanta, a wider share, or an integer tensor is a mismatch."""
+    name = "copy-head/easy/seed0.safetensors"
+    q = export.QUANTUM
+
+    regenerated = _variant(name, lambda t: None)
+    weight = max((k for k, v in load_tensors(regenerated).items() if v.is_floating_point()),
+                 key=lambda k: load_tensors(regenerated)[k].numel())  # fmt: skip
+
+    def nudge(step: float, count: int = 1):
+        def change(t):
+            t[weight].view(-1)[:count] += step
+
+        return change
+
+    one = _variant(name, nudge(q))
+    assert export.rounding_only(one, regenerated) is not None
+    assert export.rounding_only(_variant(name, nudge(2 * q)), regenerated) is None
+    many = _variant(name, nudge(q, count=2000))  # far more than 1e-3 of the file's entries
+    assert export.rounding_only(many, regenerated) is None
+    tokens = next(k for k, v in load_tensors(regenerated).items() if not v.is_floating_point())
+    assert export.rounding_only(_variant(name, lambda t: t[tokens].view(-1)[:1].add_(1)), regenerated) is None
+
+    # through the check: the committed file and its manifest entry are the one-quantum variant
+    copy = tmp_path / "artifacts"
+    shutil.copytree(export.DEFAULT_DIR, copy)
+    (copy / name).write_bytes(one)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["files"][name] = hashlib.sha256(one).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    notes: list[str] = []
+    assert export.check(copy, progress=False, generate=cached_instance, notes=notes) == []
+    assert [n for n in notes if n.startswith(name)] == [f"{name}: 1 of 173516 entries one quantum (2^-16) apart: "
+                                                        "another CPU's float64 rounding"], notes  # fmt: skip
+    two = _variant(name, nudge(2 * q))
+    (copy / name).write_bytes(two)
+    manifest["files"][name] = hashlib.sha256(two).hexdigest()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    problems = export.check(copy, progress=False, generate=cached_instance)
+    assert any(name in p and "regenerated sha256" in p for p in problems), problems
+
+
+def load_tensors(data: bytes) -> dict:
+    from safetensors.torch import load
+
+    return load(data)
 
 
 def test_artifacts_load_without_pickle() -> None:

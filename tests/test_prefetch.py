@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 
@@ -15,7 +16,7 @@ import pytest
 import torch
 from mechsandbox.server.generator_process import GeneratorProcess
 from mechsandbox.server.instance_cache import CachedInstance
-from mechsandbox.server.prefetch import Prefetcher
+from mechsandbox.server.prefetch import BuilderGone, Prefetcher
 from mechsandbox.tasks import get_family
 from server_harness import running_server
 
@@ -158,6 +159,32 @@ def test_a_killed_generator_process_falls_back_to_on_demand(caplog) -> None:
         assert "generator process ended" in line and "generates on demand" in line
     finally:
         prefetch.stop(wait_s=10)
+
+
+def test_closing_the_generator_process_does_not_wait_for_its_generation() -> None:
+    """A server that stops kills the child mid-generation instead of waiting for an instance it will not serve, and
+    nothing restarts it."""
+    process = GeneratorProcess()
+    process("dead-neurons", 1, "easy")  # started and warm
+    outcome: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            process("committee-circuit", 77, "hard")  # seconds of work
+        except BaseException as exc:
+            outcome.append(exc)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    time.sleep(0.3)  # committee-circuit hard takes a second or more: the call is waiting on the child
+    process.close()
+    caller.join(timeout=30)
+    assert not caller.is_alive()
+    # had close waited for the generation, the call would have returned its instance
+    assert len(outcome) == 1 and isinstance(outcome[0], BuilderGone), outcome
+    with pytest.raises(BuilderGone):
+        process("dead-neurons", 2, "easy")
+    assert process.pid is None
 
 
 def test_the_cpu_share_makes_the_thread_rest_between_instances() -> None:
