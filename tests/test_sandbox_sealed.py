@@ -13,6 +13,7 @@ import errno
 import fcntl
 import mmap
 import os
+import resource
 import socket
 
 import pytest
@@ -22,7 +23,7 @@ from helpers import cached_instance, shared_pool
 from mechsandbox.arch import ARCHITECTURES, build, build_with
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from mechsandbox.server.sandbox.frames import MalformedFrame, recv_frame_fd, send_frame
-from mechsandbox.server.sandbox.sealed import SEALS, SealedBlob, map_tensors
+from mechsandbox.server.sandbox.sealed import FD_RESERVE, SEALS, SealedBlob, map_tensors
 
 # Every way to change a file through a descriptor, as plain Python: (name, code taking fd).
 WRITES = {
@@ -229,3 +230,19 @@ def test_build_with_gives_the_model_build_and_load_give(name: str) -> None:
     assert sorted(named) == sorted(dict(assigned.named_buffers()) | dict(assigned.named_parameters()))
     sample = arch.sample(record)
     assert torch.equal(plain.eval()(sample), assigned.eval()(sample))
+
+
+def test_a_nearly_full_descriptor_table_keeps_plain_bytes() -> None:
+    """Each sealed payload holds a descriptor; when the next one would come within ``FD_RESERVE`` of the soft limit
+    (a host's may be 1024), the payload keeps bytes, so a large cache never starves the server's sockets."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    probe = os.open("/dev/null", os.O_RDONLY)
+    os.close(probe)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (probe + FD_RESERVE, hard))  # the next descriptor is past the line
+    try:
+        assert SealedBlob.create(b"x") is None
+        payload = ModelPayload.from_instance(cached_instance("dead-neurons", 0, "easy"))
+        assert payload.fd is None and isinstance(payload.data, bytes)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert SealedBlob.create(b"x") is not None

@@ -23,6 +23,7 @@ import fcntl
 import json
 import mmap
 import os
+import resource
 import struct
 import weakref
 from typing import Any
@@ -30,6 +31,9 @@ from typing import Any
 import torch
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+# Every cached or prefetched instance holds one descriptor; the server keeps this many free for its sockets, workers
+# and files (a host's soft limit may be 1024): past it, payloads keep plain bytes.
+FD_RESERVE = 256
 SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
 
 # safetensors' dtype names (the format's specification) -> torch
@@ -53,6 +57,9 @@ class SealedBlob:
         try:
             fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         except (AttributeError, OSError):
+            return None
+        if fd >= resource.getrlimit(resource.RLIMIT_NOFILE)[0] - FD_RESERVE:
+            os.close(fd)  # descriptors come lowest first, so this one says the table is nearly full: keep bytes
             return None
         try:
             view = memoryview(data)
