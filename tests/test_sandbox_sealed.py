@@ -246,3 +246,36 @@ def test_a_nearly_full_descriptor_table_keeps_plain_bytes() -> None:
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     assert SealedBlob.create(b"x") is not None
+
+
+SHARED_STATE = """
+import os, fcntl
+model_fds = [fd for fd in range(3, 64) if os.path.exists(f"/proc/self/fd/{fd}")
+             and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:mechsandbox-model")]
+fd = model_fds[0]
+os.lseek(fd, 12345, os.SEEK_SET)
+fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND | os.O_NONBLOCK)
+fcntl.flock(fd, fcntl.LOCK_EX)
+result = [len(model_fds), fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY, os.fstat(fd).st_mtime]
+"""
+
+
+def test_a_worker_gets_a_read_only_descriptor_of_its_own() -> None:
+    """A passed descriptor shares its open file description: had every worker got the server's, an escaped one could
+    move the offset, set status flags or take a lock on what every holder shares (a red team, 2026-12-04). Each
+    load opens the file anew, read-only; the file's times say nothing about when it was generated."""
+    payload = _payload()
+    flags, offset = fcntl.fcntl(payload.fd, fcntl.F_GETFL), os.lseek(payload.fd, 0, os.SEEK_CUR)
+    with SandboxPool(SandboxSettings(pool_size=1, wall_seconds=20.0, test_unrestricted=True)) as pool:
+        session = pool.open_session(payload)
+        try:
+            reply = session.unrestricted(SHARED_STATE)
+        finally:
+            session.close()
+    assert reply["error"] is None and reply["result"] == [1, True, 0.0], reply
+    assert os.lseek(payload.fd, 0, os.SEEK_CUR) == offset != 12345 and fcntl.fcntl(payload.fd, fcntl.F_GETFL) == flags
+    other = os.open(f"/proc/self/fd/{payload.fd}", os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # no lock left behind by the worker
+    finally:
+        os.close(other)

@@ -53,3 +53,8 @@ class ModelPayload:
     def fd(self) -> int | None:
         """The sealed memory file's descriptor, or None when the payload holds plain bytes."""
         return self.data.fd if isinstance(self.data, SealedBlob) else None
+
+    def reader(self) -> int | None:
+        """A read-only descriptor of the sealed file for one worker (``SealedBlob.reader``; the caller closes it), or
+        None: then the bytes go through the socket."""
+        return self.data.reader() if isinstance(self.data, SealedBlob) else None

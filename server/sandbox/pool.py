@@ -582,8 +582,13 @@ class SandboxSession:
         worker = self.pool.take_worker()
         try:
             payload = self.payload
-            blob = b"" if payload.fd is not None else payload.blob  # a sealed file goes as its descriptor
-            reply = worker.request({"op": "load", **payload.header}, 60.0, self.pool.settings, blob, payload.fd)
+            fd = payload.reader()  # the sealed file goes as a read-only descriptor of its own
+            try:
+                blob = b"" if fd is not None else payload.blob
+                reply = worker.request({"op": "load", **payload.header}, 60.0, self.pool.settings, blob, fd)
+            finally:
+                if fd is not None:
+                    os.close(fd)
         except WorkerLost as exc:
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None

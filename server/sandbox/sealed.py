@@ -66,11 +66,23 @@ class SealedBlob:
             written = 0
             while written < len(view):
                 written += os.write(fd, view[written:])
+            os.utime(fd, (0, 0))  # a worker's fstat must not date the instance's generation
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
         except OSError:
             os.close(fd)
             return None
         return cls(fd, len(data))
+
+    def reader(self) -> int | None:
+        """A new read-only open of the file for one worker (the caller closes it), or None without ``/proc``.
+
+        Not ``fd`` itself: a descriptor passed over a socket shares its open file description, whose offset, status
+        flags and locks the receiver can change (a red team, 2026-12-04: ``lseek``, ``F_SETFL``, ``flock`` from an
+        escaped worker showed up on the server's descriptor), so every holder would share one mutable channel."""
+        try:
+            return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
 
     def read(self) -> bytes:
         """The bytes (a copy), for the callers that want them as such (warm-ups, tests, benchmarks)."""
@@ -103,7 +115,7 @@ def map_tensors(fd: int) -> dict[str, torch.Tensor]:
         begin, end = (start + int(x) for x in entry["data_offsets"])
         itemsize = torch.empty((), dtype=dtype).element_size()
         count = (end - begin) // itemsize
-        if not start <= begin <= end <= size or count != _numel(shape):
+        if not start <= begin <= end <= size or end - begin != _numel(shape) * itemsize:
             raise ValueError(f"tensor {name!r} does not fit its header entry")
         if count == 0:
             tensors[name] = torch.empty(shape, dtype=dtype)
