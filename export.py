@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import save
+from safetensors.torch import load, save
 
 from . import BENCHMARK_VERSION
 from .arch import json_safe, public_tensors
@@ -105,7 +105,6 @@ def rounding_only(recorded: bytes, regenerated: bytes) -> str | None:
     error of half a quantum, another CPU's BLAS (AVX-512 against AVX2 summation) can round it one quantum the other
     way. That is the one difference allowed: same names, shapes, dtypes and metadata, integer tensors equal, and
     float entries equal or exactly one quantum apart, in at most ``ROUNDING_SHARE`` of the entries."""
-    from safetensors.torch import load
 
     def metadata(data: bytes) -> dict[str, str] | None:
         header = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])

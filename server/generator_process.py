@@ -30,6 +30,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+import safetensors.torch
 import torch
 
 from ..arch import build_with, split_public_tensors
@@ -129,15 +130,9 @@ def rebuild(bare: Any, header: dict[str, Any], blob: bytes) -> CachedInstance:
     model is built over a private mapping of it (eval mode, as every generator returns it)."""
     sealed = SealedBlob.create(blob)
     payload = ModelPayload(header, sealed or blob)
-    state, _ = split_public_tensors(map_tensors(sealed.fd) if sealed is not None else _load(blob))
+    state, _ = split_public_tensors(map_tensors(sealed.fd) if sealed is not None else safetensors.torch.load(blob))
     model = build_with(header["arch"], state).eval()
     return CachedInstance(dataclasses.replace(bare, model=model), payload)
-
-
-def _load(blob: bytes) -> dict[str, torch.Tensor]:
-    import safetensors.torch
-
-    return safetensors.torch.load(blob)
 
 
 if __name__ == "__main__":  # python -m mechsandbox.server.generator_process <socket fd> <torch threads>

@@ -36,6 +36,20 @@ WRITES = {
 }
 
 
+def _escape_pool() -> SandboxPool:
+    """A pool whose sessions also take unrestricted Python (as if layers 1-2 had fallen; tests only)."""
+    return SandboxPool(SandboxSettings(pool_size=1, wall_seconds=20.0, test_unrestricted=True))
+
+
+def _escaped(pool: SandboxPool, payload: ModelPayload, code: str) -> dict:
+    """``code`` as plain Python in a fresh session on ``payload``; its reply (``result`` is the code's variable)."""
+    session = pool.open_session(payload)
+    try:
+        return session.unrestricted(code)
+    finally:
+        session.close()
+
+
 def _payload(task: str = "copy-head") -> ModelPayload:
     payload = ModelPayload.from_instance(cached_instance(task, 0, "easy"))
     assert payload.fd is not None, "this machine has memfd_create: the payload must be sealed"
@@ -111,12 +125,8 @@ def test_an_escaped_worker_cannot_change_the_shared_model() -> None:
     model among them); nothing lands, and the next session on the same payload sees the weights as sent."""
     payload = _payload()
     pristine = payload.blob
-    with SandboxPool(SandboxSettings(pool_size=1, wall_seconds=20.0, test_unrestricted=True)) as pool:
-        attacker = pool.open_session(payload)
-        try:
-            reply = attacker.unrestricted(ESCAPED)
-        finally:
-            attacker.close()
+    with _escape_pool() as pool:
+        reply = _escaped(pool, payload, ESCAPED)
         assert reply["error"] is None, reply
         assert reply["result"] == [], reply["result"]
         assert payload.blob == pristine
@@ -266,12 +276,8 @@ def test_a_worker_gets_a_read_only_descriptor_of_its_own() -> None:
     load opens the file anew, read-only; the file's times say nothing about when it was generated."""
     payload = _payload()
     flags, offset = fcntl.fcntl(payload.fd, fcntl.F_GETFL), os.lseek(payload.fd, 0, os.SEEK_CUR)
-    with SandboxPool(SandboxSettings(pool_size=1, wall_seconds=20.0, test_unrestricted=True)) as pool:
-        session = pool.open_session(payload)
-        try:
-            reply = session.unrestricted(SHARED_STATE)
-        finally:
-            session.close()
+    with _escape_pool() as pool:
+        reply = _escaped(pool, payload, SHARED_STATE)
     assert reply["error"] is None and reply["result"] == [1, True, 0.0], reply
     assert os.lseek(payload.fd, 0, os.SEEK_CUR) == offset != 12345 and fcntl.fcntl(payload.fd, fcntl.F_GETFL) == flags
     other = os.open(f"/proc/self/fd/{payload.fd}", os.O_RDONLY)

@@ -105,17 +105,18 @@ class Runtime:
         state, probe = split_public_tensors(map_tensors(fd) if fd is not None else safetensors.torch.load(blob))
         helpers = helper_namespace(header.get("helpers", []))
         self.pristine = (header["arch"], state)  # reset_model() builds from these; no snippet sees them
-        self.install({"model": self.fresh_model(first=True), **probe, **header.get("probe", {}), **helpers})
+        self.install({"model": self.fresh_model(), **probe, **header.get("probe", {}), **helpers})
 
-    def fresh_model(self, first: bool = False) -> Any:
+    def fresh_model(self) -> Any:
         """The model as loaded. From a memory file the weights are a fresh private mapping each time (the first
-        call's is the one ``load`` made): a snippet's writes stay in its own pages, nothing is copied up front."""
+        call's is the one ``load`` made, kept in ``pristine`` until then): a snippet's writes stay in its own pages,
+        nothing is copied up front."""
         arch, state = self.pristine
         if self.model_fd is None:
             model = build(arch)
             model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
         else:
-            model = build_with(arch, state if first else split_public_tensors(map_tensors(self.model_fd))[0])
+            model = build_with(arch, state or split_public_tensors(map_tensors(self.model_fd))[0])
             self.pristine = (arch, {})  # later calls map the file again; keep no reference to a snippet's pages
         model.eval().requires_grad_(False)  # so W.numpy() works; p.requires_grad_(True) turns it back on
         return model
