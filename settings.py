@@ -277,6 +277,11 @@ class ServerSettings(_EnvSettings):
     )
     prefetch_process: bool = setting(True, "generate ahead in a child process (its own interpreter: generation never "
                                      "holds the server's); off = a thread in the server")  # fmt: skip
+    generators: int = setting(2, "child processes that generate cache misses (a named seed, a test instance's first "
+                              "reset, a seedless reset with its pool empty), so generation never holds the server's "
+                              "interpreter; the first starts after a generation in the server took 50 ms; while "
+                              "they start or are all busy the server generates; 0 = always the server",
+                              minimum=0)  # fmt: skip
     prefetch_pairs: tuple[str, ...] = setting((), "`task/level` pairs filled at startup (e.g. `committee-circuit/hard`)"
                                               "; the others start at their first seedless reset")  # fmt: skip
     replica_id: str = setting("", "this replica's name behind a load balancer (letters, digits, `-`, up to 63): HTTP "

@@ -27,6 +27,7 @@ from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError
+from .generator_pool import GeneratorPool
 from .generator_process import GeneratorProcess
 from .instance_cache import CachedInstance, InstanceCache
 from .prefetch import Pair, Prefetcher
@@ -68,7 +69,8 @@ class Service:
         self.settings = settings or ServerSettings.from_env()
         self.sandbox_settings = sandbox or SandboxSettings.from_env()
         self.pool = SandboxPool(self.sandbox_settings)
-        self.cache = InstanceCache(self.settings.cache_size)
+        self.generators = GeneratorPool(self.settings.generators)
+        self.cache = InstanceCache(self.settings.cache_size, self.generators)
         build = GeneratorProcess() if self.settings.prefetch_process else CachedInstance.build
         self.prefetch = Prefetcher(self.settings.prefetch_depth, self.settings.prefetch_total,
                                    self.settings.prefetch_cpu_share, build)  # fmt: skip
@@ -138,6 +140,7 @@ class Service:
     def stop(self) -> None:
         self.stopped.set()
         self.prefetch.stop(wait_s=10.0)
+        self.generators.close()
         with self.lock:
             episodes = list(self.http.values())
             self.http.clear()
@@ -421,6 +424,7 @@ class Service:
             "salt_fingerprint": self.runs.fingerprint,
             "results_database": self.runs.backend(),
             "prefetch": self.prefetch.status(),
+            "generators": self.generators.status(),
             "runs_required": not self.salt_is_random and not self.settings.practice,
         }
 

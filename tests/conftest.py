@@ -73,6 +73,9 @@ def pytest_configure(config: pytest.Config) -> None:
         # one thread filling its (task, level) in the background, beside the suite's own generation on two cores.
         # tests/test_prefetch.py switches it on where it is the subject.
         os.environ.setdefault("MECHSANDBOX_PREFETCH_DEPTH", "0")
+        # Nor generate cache misses in child processes (server/generator_pool.py): each would import torch and the
+        # families (seconds of CPU) beside the suite. tests/test_generator_pool.py switches them on.
+        os.environ.setdefault("MECHSANDBOX_GENERATORS", "0")
     if not _is_controller(config):
         # One intra-op thread per xdist worker: the workers already use every core, and the models
         # are small, so more threads only add synchronisation (artifacts must not depend on it:

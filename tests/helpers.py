@@ -13,6 +13,7 @@ import fcntl
 import functools
 import json
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,24 @@ def run_reference(family: Family, inst: Instance, noise: float = 0.0, noise_seed
     printed = json.loads("".join(out).strip().splitlines()[-1])
     assert printed == answer, "the last printed line is the submitted answer"
     return answer
+
+
+def wait_until(check: Callable[[], bool], timeout_s: float = 120.0) -> None:
+    """Poll ``check`` every 50 ms until it holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def assert_same_instance(item: Any, want: Any) -> None:
+    """Two ``CachedInstance``s of one (task, seed, level) made in different places (a child process, the server) are
+    the same: payload bytes and header, truth, prompt, config, answer schema, every weight and the model's mode."""
+    assert item.payload.blob == want.payload.blob and item.payload.header == want.payload.header
+    got, exp = item.instance, want.instance
+    assert (got.truth, got.prompt, got.config, got.answer_schema) == (exp.truth, exp.prompt, exp.config,
+                                                                      exp.answer_schema)  # fmt: skip
+    weights = exp.model.state_dict()
+    assert sorted(got.model.state_dict()) == sorted(weights)
+    assert all(torch.equal(t, weights[k]) for k, t in got.model.state_dict().items())
+    assert got.model.training == exp.model.training
