@@ -42,6 +42,8 @@ from .prefetch import BuilderGone
 from .sandbox.payload import ModelPayload
 from .sandbox.sealed import SealedBlob, map_tensors
 
+IDLE_TRIM_S = 1.0  # a child with no job for this long trims its heap
+
 
 def _serve(conn: Connection, threads: int) -> None:
     """The child: say it is ready (torch and the families imported), then generate each (task, seed, level) it is
@@ -53,6 +55,8 @@ def _serve(conn: Connection, threads: int) -> None:
     conn.send(("ready",))
     while True:
         try:
+            if not conn.poll(IDLE_TRIM_S):
+                trim()  # idle: hand the last generations' heap back, then wait
             task_id, seed, level = conn.recv()
         except (EOFError, OSError):
             return
@@ -66,16 +70,16 @@ def _serve(conn: Connection, threads: int) -> None:
             reply = ("error", f"{type(exc).__name__}: {exc}")
         conn.send(reply)
         del reply
-        trim()
 
 
 def _malloc_trim() -> Callable[[], object]:
-    """Give the heap a generation left behind back to the kernel, after the reply is sent (off the reset's path).
+    """Give the heap the last generations left behind back to the kernel (called once the child is idle).
 
     Why: glibc keeps freed memory for reuse, so a child that generated a few hard transformers held about 365 MiB
     private where it holds 175 after a trim (torch and the families imported: about 150); a server runs up to three
-    children (``generators`` and the prefetcher's). The next generation pays a few ms of page faults. A libc
-    without ``malloc_trim`` (musl) keeps its memory."""
+    children (``generators`` and the prefetcher's). Trimmed after every job, each next generation would pay tens of
+    ms of page faults for its temporaries, so a busy child keeps its heap and one idle for ``IDLE_TRIM_S`` trims.
+    A libc without ``malloc_trim`` (musl) keeps its memory."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
     except (AttributeError, OSError):
