@@ -14,6 +14,10 @@ Three phases, each on a local server of its own (every pair's pool may hold ``ME
    of its own -> median and max ms per pair (a p95 where a row has 20 samples: every pair together), and the warm
    sandbox workers and the pair's ready instances found just before each.
 
+``--warm`` runs phase 3 alone in the setting issue 20's latency targets name, every timed reset finding its pool
+warm: each pair's pool holds ``--resets`` (all filled first, the generator at full share) and the players play one
+cached seed per pair, so only the timed resets draw from the pools; with ``--resets 20`` each pair gets a p95.
+
 Phase 1 against phase 2 is "before and after" for a trainer that draws a fresh instance per episode; the
 generators' own speed is ``bench/generation.py``. One client process drives everything (its overhead is in every
 figure). Waiting for the pools to fill takes a few minutes at the default CPU share (0.5).
@@ -42,15 +46,22 @@ def all_pairs() -> list[str]:
     return [f"{fam.id}/{level}" for fam in families() for level in LEVELS]
 
 
-def server_env(pairs: list[str], prefetch: bool) -> dict[str, str]:
+def server_env(pairs: list[str], prefetch: bool, depth: int = DEPTH) -> dict[str, str]:
     env = {"MECHSANDBOX_SESSION_CAP": "64", "MECHSANDBOX_CLIENT_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": "16",
-           "MECHSANDBOX_POOL_SIZE": str(POOL)}
+           "MECHSANDBOX_POOL_SIZE": str(POOL)}  # fmt: skip
     if prefetch:
-        env |= {"MECHSANDBOX_PREFETCH_PAIRS": ",".join(pairs), "MECHSANDBOX_PREFETCH_DEPTH": str(DEPTH),
-                "MECHSANDBOX_PREFETCH_TOTAL": str(DEPTH * len(pairs))}  # fmt: skip
+        env |= {"MECHSANDBOX_PREFETCH_PAIRS": ",".join(pairs), "MECHSANDBOX_PREFETCH_DEPTH": str(depth),
+                "MECHSANDBOX_PREFETCH_TOTAL": str(depth * len(pairs))}  # fmt: skip
     else:
         env["MECHSANDBOX_PREFETCH_DEPTH"] = "0"
     return env
+
+
+def warm_env(pairs: list[str], resets: int) -> dict[str, str]:
+    """``--warm``: a pool of ``resets`` per pair filled at full share, and a cache that keeps the players' seeds
+    beside the instances the timed resets take."""
+    env = server_env(pairs, prefetch=True, depth=max(DEPTH, resets))
+    return env | {"MECHSANDBOX_PREFETCH_CPU_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": str(len(pairs) * (resets + 2))}
 
 
 def seedless(pairs: list[str], rounds: int) -> list[dict]:
@@ -69,12 +80,12 @@ def episodes_per_second(url: str, resets: list[dict], concurrency: int) -> tuple
     return len(records) / wall, failed
 
 
-def wait_warm(url: str, pairs: list[str], limit_s: float = 3600) -> float:
+def wait_warm(url: str, pairs: list[str], limit_s: float = 3600, depth: int = DEPTH) -> float:
     started = time.monotonic()
     with httpx.Client(base_url=url, timeout=30) as http:
         while time.monotonic() - started < limit_s:
             ready = http.get("/health").json()["prefetch"]["ready"]
-            if all(ready.get(pair, 0) >= DEPTH for pair in pairs):
+            if all(ready.get(pair, 0) >= depth for pair in pairs):
                 return time.monotonic() - started
             time.sleep(1)
     raise RuntimeError(f"the pools were not full after {limit_s:.0f} s")
@@ -84,8 +95,10 @@ class Players:
     """``concurrency`` threads that play scripted episodes (seedless resets) until stopped; a failed episode is
     counted and the thread goes on, so the load stays at ``concurrency`` sessions."""
 
-    def __init__(self, url: str, pairs: list[str], concurrency: int):
+    def __init__(self, url: str, pairs: list[str], concurrency: int, seeded: bool = False):
         self.url, self.plan, self.concurrency = url, seedless(pairs, 1000), concurrency
+        if seeded:  # one cached seed per pair: the players draw nothing from the pools
+            self.plan = [reset | {"seed": 1} for reset in self.plan]
         self.stop = threading.Event()
         self.lock = threading.Lock()
         self.played = self.failed = 0
@@ -116,14 +129,14 @@ class Players:
             t.join(timeout=300)
 
 
-def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int) -> dict:
+def loaded_resets(url: str, pairs: list[str], resets: int, concurrency: int, seeded: bool = False) -> dict:
     """Time seedless resets per pair while ``concurrency`` sessions play scripted episodes (seedless too). Before
     each timed reset (its session already open) the server's warm workers and the pair's ready instances are read
     from /health (whether the pool served that very reset cannot be told apart from the players' resets: a pair
     with instances ready just before is served unless a player took the last one in between)."""
     out: dict = {"ms": {pair: [] for pair in pairs}, "warm": [], "ready": []}
     rpc = SyncRpc(url, 300.0)
-    with Players(url, pairs, concurrency) as players, httpx.Client(base_url=url, timeout=30) as http:
+    with Players(url, pairs, concurrency, seeded) as players, httpx.Client(base_url=url, timeout=30) as http:
         time.sleep(5)  # the players are mid-episode
         for _ in range(resets):
             for pair in pairs:
@@ -157,10 +170,18 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=2, help="scripted episodes per pair in phases 1 and 2")
     ap.add_argument("--resets", type=int, default=4, help="timed seedless resets per pair in phase 3 (>= 1)")
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--warm", action="store_true", help="phase 3 alone, every timed reset finding its pool warm")
     args = ap.parse_args()
     if args.resets < 1 or args.episodes < 1:
         ap.error("--resets and --episodes must be at least 1")
     pairs = all_pairs() if args.pairs == "all" else [p.strip() for p in args.pairs.split(",") if p.strip()]
+    if args.warm:
+        with LocalServer(env=warm_env(pairs, args.resets)) as server:
+            warm_s = wait_warm(server.url, pairs, depth=max(DEPTH, args.resets))
+            print(f"--warm: {len(pairs)} pools of {max(DEPTH, args.resets)} filled in {warm_s:.0f} s; the players on "
+                  "one cached seed per pair")  # fmt: skip
+            report_loaded(loaded_resets(server.url, pairs, args.resets, args.concurrency, seeded=True), args)
+        return
     plan = seedless(pairs, args.episodes)
     with LocalServer(env=server_env(pairs, prefetch=False)) as server:
         before, failed_before = episodes_per_second(server.url, plan, args.concurrency)
@@ -174,6 +195,10 @@ def main() -> None:
     print(f"  prefetch off (every reset generates): {before:6.2f} episodes/s ({failed_before} below 0.9)")
     print(f"  prefetch on, pools full first:        {after:6.2f} episodes/s ({failed_after} below 0.9); "
           f"the pools filled in {warm_s:.0f} s")  # fmt: skip
+    report_loaded(load, args)
+
+
+def report_loaded(load: dict, args: argparse.Namespace) -> None:
     timed = [ms for values in load["ms"].values() for ms in values]
     warm, ready = load["warm"], load["ready"]
     print(f"\n{len(timed)} seedless resets timed with {args.concurrency} sessions playing ({load['played']} episodes "
