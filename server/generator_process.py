@@ -13,17 +13,19 @@ writes the bytes once into the sealed file a reset hands to workers (``sandbox/s
 of the model over a private mapping of that same file (``arch.build_with``): the instance is the on-demand one,
 bit for bit (tests/test_prefetch.py compares bytes, truth and every weight).
 
-The child is started at the first job (``python -m mechsandbox.server.generator_process``: torch and the families
-import in a few seconds) with the server's torch thread count, so the bytes do not depend on where an instance was
-generated. If it dies, the call raises ``BuilderGone`` and the prefetcher stops with one log line; seedless resets
-then generate on demand. The cache misses' children (``generator_pool.py``) are the same class, started ahead with
-``start`` and used once ``ready`` (the child says so when its imports are done), so that no miss waits for one.
+The child is started at the first job (``python -I -m mechsandbox.server.generator_process`` with an allowlisted
+environment: torch and the families import in a few seconds) with the server's torch thread count, so the bytes do
+not depend on where an instance was generated. If it dies, the call raises ``BuilderGone`` and the prefetcher
+stops with one log line; seedless resets then generate on demand. The cache misses' children
+(``generator_pool.py``) are the same class, started ahead with ``start`` and used once ``ready`` (the child says so
+when its imports are done), so that no miss waits for one.
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
+import os
 import pickle
 import socket
 import subprocess
@@ -156,10 +158,12 @@ class GeneratorProcess:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with child:
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "mechsandbox.server.generator_process", str(child.fileno()), str(self.threads)],
+                [sys.executable, "-I", "-m", "mechsandbox.server.generator_process", str(child.fileno()),
+                 str(self.threads)],
                 pass_fds=(child.fileno(),),
                 stdin=subprocess.DEVNULL,
-            )
+                env=child_environment(),
+            )  # fmt: skip
         self._conn = Connection(parent.detach())
         self._hello = True
 
@@ -181,6 +185,16 @@ class GeneratorProcess:
             process.kill()
         with self._lock:
             self._close()
+
+
+ENV_KEPT = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
+ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "KMP_")  # the CPU's BLAS settings and thread counts
+
+
+def child_environment() -> dict[str, str]:
+    """The child's environment: an allowlist. It never needs the server's tokens, salt or database URL, so it never
+    holds them; ``-I`` keeps ``PYTHON*`` variables and the current folder out of its imports."""
+    return {k: v for k, v in os.environ.items() if k in ENV_KEPT or k.startswith(ENV_PREFIXES)}
 
 
 def rebuild(bare: Any, header: dict[str, Any], blob: bytes) -> CachedInstance:

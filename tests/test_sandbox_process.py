@@ -14,6 +14,7 @@ import pytest
 from helpers import cached_instance
 from mechsandbox.evaluation.procfs import cmdline, is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
+from mechsandbox.server.sandbox.pool import WorkerLost
 from mechsandbox.server.sandbox.sealed import SEALS
 
 SECRET_ENV = "MECHSANDBOX_TEST_SALT"
@@ -248,3 +249,65 @@ def test_sigkilled_server_leaves_no_zygote_or_worker() -> None:
     while time.time() < deadline and not all(is_gone(pid) for pid in pids):
         time.sleep(0.1)
     assert all(is_gone(pid) for pid in pids)
+
+
+# An escaped worker's own reply frame: what it sends when layers 1-2 have fallen and it speaks on the socket itself.
+FORGED_REPLY = textwrap.dedent(
+    """
+    import json, os, socket, stat, time
+    from mechsandbox.server.sandbox import frames
+    fd = next(f for f in range(3, 64) if os.path.exists(f"/proc/self/fd/{f}") and stat.S_ISSOCK(os.fstat(f).st_mode))
+    body = json.dumps({"error": None, "result": "forged"}).encode()
+    frame = frames.HEADER.pack(len(body), 0, frames._last_received[fd]) + body
+    sock = socket.socket(fileno=os.dup(fd))
+    """
+)
+
+
+def test_a_reply_dribbled_inside_every_timeout_still_meets_the_wall_clock_deadline(pool, payload) -> None:
+    """A socket's timeout counts per read, so a worker that sends its reply one byte at a time, each inside the
+    limit, held a server thread for as long as it liked (a red team, 2026-12-05). The reply has a deadline."""
+    dribble = FORGED_REPLY + "for i in range(len(frame)):\n    sock.send(frame[i:i + 1])\n    time.sleep(2.0)\n"
+    session = pool.open_session(payload)
+    try:
+        started = time.monotonic()
+        with pytest.raises(WorkerLost, match="wall-clock limit"):
+            session.unrestricted(dribble)  # each byte within the 5 s limit; the frame takes a minute
+        assert time.monotonic() - started < pool.settings.wall_seconds + 3
+        assert session.run("print(7)").stdout == "7\n"  # a fresh worker
+    finally:
+        session.close()
+
+
+def test_a_worker_that_runs_between_requests_is_killed(pool, payload) -> None:
+    """An escaped worker can answer its request with a forged reply and go on computing: no request is in flight,
+    so no wall-clock limit applies. The watchdog kills a worker that uses CPU between requests."""
+    kills = pool.idle_cpu_kills
+    session = pool.open_session(payload)
+    try:
+        reply = session.unrestricted(FORGED_REPLY + "sock.sendall(frame)\nwhile True:\n    pass\n")
+        assert reply["result"] == "forged"  # the server took it as the answer
+        worker = session.worker
+        assert worker is not None
+        deadline = time.monotonic() + 20
+        while worker.alive and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not worker.alive and "between requests" in (worker.dead_reason or "")
+        assert pool.idle_cpu_kills == kills + 1
+        result = session.run("print(8)")
+        assert result.namespace_reset and result.stdout == "8\n"
+    finally:
+        session.close()
+
+
+def test_an_honest_worker_that_computed_and_went_idle_is_not_killed(pool, payload) -> None:
+    """The check counts CPU from the end of the last reply: a snippet's own CPU time, however long, never counts."""
+    kills = pool.idle_cpu_kills
+    session = pool.open_session(payload)
+    try:
+        burn = "import time\nend = time.process_time() + 2.0\nwhile time.process_time() < end:\n    pass\nresult = 1\n"
+        assert session.unrestricted(burn)["result"] == 1
+        time.sleep(1.5)  # three watchdog polls
+        assert session.worker is not None and session.worker.alive and pool.idle_cpu_kills == kills
+    finally:
+        session.close()

@@ -259,26 +259,43 @@ def test_a_nearly_full_descriptor_table_keeps_plain_bytes() -> None:
 
 
 SHARED_STATE = """
-import os, fcntl
+import os, fcntl, struct
 model_fds = [fd for fd in range(3, 64) if os.path.exists(f"/proc/self/fd/{fd}")
              and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:mechsandbox-model")]
 fd = model_fds[0]
 os.lseek(fd, 12345, os.SEEK_SET)
 fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND | os.O_NONBLOCK)
-fcntl.flock(fd, fcntl.LOCK_EX)
-result = [len(model_fds), fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY, os.fstat(fd).st_mtime]
+lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+refused = []
+for attempt in (lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+                lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
+                lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock), lambda: fcntl.fcntl(fd, 37, lock),  # F_OFD_SETLK
+                lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK), lambda: fcntl.fcntl(fd, fcntl.F_NOTIFY, 1)):
+    try:
+        attempt()
+        refused.append("allowed")
+    except OSError as exc:
+        refused.append(exc.errno)
+status = os.fstat(fd)
+result = [len(model_fds), fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDONLY, status.st_mtime,
+          status.st_atime, refused]
 """
 
 
 def test_a_worker_gets_a_read_only_descriptor_of_its_own() -> None:
     """A passed descriptor shares its open file description: had every worker got the server's, an escaped one could
     move the offset, set status flags or take a lock on what every holder shares (a red team, 2026-12-04). Each
-    load opens the file anew, read-only; the file's times say nothing about when it was generated."""
+    load opens the file anew, read-only. What every holder shares on the file itself is closed too (a red team,
+    2026-12-05): locks, leases and change notifications are refused by the worker's seccomp (EPERM), and no load
+    touches the access time (O_NOATIME), so a worker's fstat tells neither when the instance was generated nor when
+    other sessions loaded it."""
     payload = _payload()
     flags, offset = fcntl.fcntl(payload.fd, fcntl.F_GETFL), os.lseek(payload.fd, 0, os.SEEK_CUR)
     with _escape_pool() as pool:
-        reply = _escaped(pool, payload, SHARED_STATE)
-    assert reply["error"] is None and reply["result"] == [1, True, 0.0], reply
+        for _ in range(2):  # the second session's fstat comes after the first one's load and mappings
+            reply = _escaped(pool, payload, SHARED_STATE)
+            assert reply["error"] is None and reply["result"] == [1, True, 0.0, 0.0, [errno.EPERM] * 6], reply
+    assert os.fstat(payload.fd).st_atime == 0.0
     assert os.lseek(payload.fd, 0, os.SEEK_CUR) == offset != 12345 and fcntl.fcntl(payload.fd, fcntl.F_GETFL) == flags
     other = os.open(f"/proc/self/fd/{payload.fd}", os.O_RDONLY)
     try:

@@ -18,6 +18,7 @@ import json
 import os
 import socket
 import struct
+import time
 from typing import Any
 
 HEADER = struct.Struct(">III")
@@ -53,11 +54,18 @@ def send_frame(
         sock.sendall(blob)
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+def _recv_exact(sock: socket.socket, n: int, deadline: float | None = None) -> bytes:
+    """``n`` bytes; with a ``deadline`` (``time.monotonic()``) each wait is only what is left of it, so a peer that
+    sends one byte just inside every timeout still runs out (``TimeoutError``): a socket's timeout counts per call."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the frame did not arrive before its deadline")
+            sock.settimeout(left)
         k = sock.recv_into(view[got:], n - got)
         if k == 0:
             raise FrameError("connection closed")
@@ -65,9 +73,11 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def recv_frame(sock: socket.socket, max_json: int, max_blob: int = 0) -> tuple[dict[str, Any], bytes]:
+def recv_frame(
+    sock: socket.socket, max_json: int, max_blob: int = 0, deadline: float | None = None
+) -> tuple[dict[str, Any], bytes]:
     """One frame's message and attachment; its sequence number is remembered for the answer."""
-    message, blob, seq = recv_numbered(sock, max_json, max_blob)
+    message, blob, seq = recv_numbered(sock, max_json, max_blob, deadline=deadline)
     _last_received[sock.fileno()] = seq
     return message, blob
 
@@ -94,16 +104,17 @@ def recv_frame_fd(sock: socket.socket, max_json: int, max_blob: int = 0) -> tupl
 
 
 def recv_numbered(
-    sock: socket.socket, max_json: int, max_blob: int = 0, first: bytes = b""
+    sock: socket.socket, max_json: int, max_blob: int = 0, first: bytes = b"", deadline: float | None = None
 ) -> tuple[dict[str, Any], bytes, int]:
-    """One frame: its message, its attachment and its sequence number (``first``: header bytes already read)."""
-    n_json, n_blob, seq = HEADER.unpack(first + _recv_exact(sock, HEADER.size - len(first)))
+    """One frame: its message, its attachment and its sequence number (``first``: header bytes already read). The
+    server reads every worker reply with a ``deadline``: the whole frame must arrive by then."""
+    n_json, n_blob, seq = HEADER.unpack(first + _recv_exact(sock, HEADER.size - len(first), deadline))
     if n_json > max_json or n_blob > max_blob:
         raise MalformedFrame(f"frame too large ({n_json} + {n_blob} bytes)")
     try:
-        message = json.loads(_recv_exact(sock, n_json))
+        message = json.loads(_recv_exact(sock, n_json, deadline))
     except (ValueError, RecursionError) as exc:  # RecursionError: nesting deeper than the parser allows
         raise MalformedFrame(f"malformed frame: {type(exc).__name__}") from None
     if not isinstance(message, dict):
         raise MalformedFrame("malformed frame: not an object")
-    return message, _recv_exact(sock, n_blob) if n_blob else b"", seq
+    return message, _recv_exact(sock, n_blob, deadline) if n_blob else b"", seq

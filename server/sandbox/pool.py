@@ -45,6 +45,11 @@ log = logging.getLogger("mechsandbox.sandbox")
 
 ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL")
 ZYGOTE_START_TIMEOUT = 120.0
+# CPU seconds a worker may use while no request is in flight before the watchdog kills it. An honest worker uses none
+# (it waits on its socket; a snippet that leaves threads behind retires the worker): CPU between requests is code the
+# wall-clock limit no longer covers, e.g. an escaped worker that forged its reply and kept running.
+IDLE_CPU_SECONDS = 1.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class SandboxUnavailable(RuntimeError):
@@ -160,6 +165,21 @@ class Worker:
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
         self.seq = 0
+        # between requests the watchdog compares the worker's CPU time with ``idle_cpu`` (read when the last reply
+        # came); ``requests`` tells it whether a request started and ended while it looked
+        self.state_lock = threading.Lock()
+        self.busy = False
+        self.requests = 0
+        self.idle_cpu: float | None = None
+
+    def cpu_seconds(self) -> float | None:
+        """The process's user + system CPU time, all its threads (/proc/<pid>/stat); None once it is gone."""
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        except (OSError, IndexError, ValueError):
+            return None
 
     @property
     def alive(self) -> bool:
@@ -180,8 +200,9 @@ class Worker:
         if namespace_pid(self.pid) != reported_pid:  # checked after pinning: the pid cannot be reused now
             raise FrameError(f"process {self.pid} is not the worker the zygote forked")
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
-        hello, _ = recv_frame(self.sock, MAX_REPLY)
+        hello, _ = recv_frame(self.sock, MAX_REPLY, deadline=time.monotonic() + timeout)
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
+        self.idle_cpu = self.cpu_seconds()
 
     def request(
         self,
@@ -191,16 +212,31 @@ class Worker:
         blob: bytes = b"",
         fd: int | None = None,
     ) -> dict[str, Any]:
-        """Send one numbered request and return its validated reply; any doubt about the reply loses the worker."""
+        """Send one numbered request and return its validated reply; any doubt about the reply loses the worker.
+        The whole reply must arrive within ``timeout`` of the request (a deadline, not a timeout per read)."""
         if not self.alive:
             raise WorkerLost(self.dead_reason or "the worker is gone")
+        with self.state_lock:
+            self.busy = True
+            self.requests += 1
+        try:
+            return self._request(message, timeout, settings, blob, fd)
+        finally:
+            cpu = self.cpu_seconds()
+            with self.state_lock:
+                self.idle_cpu, self.busy = cpu, False
+
+    def _request(
+        self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes, fd: int | None
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
         self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
         try:
             if self._spoke_out_of_turn():
                 raise InvalidReply("a frame arrived before the request was sent")
             self.sock.settimeout(timeout)
             send_frame(self.sock, message, blob, seq=self.seq, fd=fd)
-            reply, _, seq = recv_numbered(self.sock, MAX_REPLY)
+            reply, _, seq = recv_numbered(self.sock, MAX_REPLY, deadline=deadline)
             if seq != self.seq:
                 raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
             retire = reply.pop("retire", None)  # the worker exits after this reply (threads outlived the snippet)
@@ -380,6 +416,7 @@ class SandboxPool:
         self.closed = threading.Event()
         self.isolation: dict[str, str] = {}
         self.memory_kills = 0
+        self.idle_cpu_kills = 0
         self.zygote_restarts = 0
         self.threads: list[threading.Thread] = []
         self.pids_cgroup: jail.PidsCgroup | None = None
@@ -443,6 +480,7 @@ class SandboxPool:
             "warm_workers": len(self.warm),
             "workers": len(self.workers),
             "memory_kills": self.memory_kills,
+            "idle_cpu_kills": self.idle_cpu_kills,
             "zygote_restarts": self.zygote_restarts,
             "settings": {k: v for k, v in asdict(self.settings).items() if k != "test_unrestricted"},
         }
@@ -551,6 +589,24 @@ class SandboxPool:
                 self.memory_kills += 1
                 log.warning("memory budget exceeded: killing worker %d (%d MiB)", largest.pid, usage[largest] >> 20)
                 largest.kill("memory budget exceeded; namespace reset")
+            for worker in workers:
+                self._check_idle_cpu(worker)
+
+    def _check_idle_cpu(self, worker: Worker) -> None:
+        """Kill a worker that used more than ``IDLE_CPU_SECONDS`` of CPU while no request was in flight."""
+        with worker.state_lock:
+            if not worker.alive or worker.busy or worker.idle_cpu is None:
+                return
+            since, requests = worker.idle_cpu, worker.requests
+        used = worker.cpu_seconds()
+        if used is None or used - since <= IDLE_CPU_SECONDS:
+            return
+        with worker.state_lock:  # killed under the lock: a request cannot start in between and be the one killed
+            if worker.busy or worker.requests != requests or not worker.alive:
+                return
+            self.idle_cpu_kills += 1
+            log.warning("worker %d used %.1f s of CPU between requests; killing it", worker.pid, used - since)
+            worker.kill("the worker ran code between requests; namespace reset")
 
     # --- sessions ------------------------------------------------------------------------------
 

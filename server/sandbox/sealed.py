@@ -17,6 +17,7 @@ writes stay in its own pages, so sessions on the same instance never see each ot
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import fcntl
@@ -66,8 +67,11 @@ class SealedBlob:
             written = 0
             while written < len(view):
                 written += os.write(fd, view[written:])
-            os.utime(fd, (0, 0))  # a worker's fstat must not date the instance's generation
+            os.utime(fd, (0, 0))  # a worker's fstat must not date the instance's generation (ctime still does)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            os.fchmod(fd, 0o444)  # not even a writable open of it (every write path is sealed shut anyway)
+            with contextlib.suppress(OSError):  # the server's own reads (``read``) leave the access time alone
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NOATIME)
         except OSError:
             os.close(fd)
             return None
@@ -78,11 +82,19 @@ class SealedBlob:
 
         Not ``fd`` itself: a descriptor passed over a socket shares its open file description, whose offset, status
         flags and locks the receiver can change (a red team, 2026-12-04: ``lseek``, ``F_SETFL``, ``flock`` from an
-        escaped worker showed up on the server's descriptor), so every holder would share one mutable channel."""
-        try:
-            return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return None
+        escaped worker showed up on the server's descriptor), so every holder would share one mutable channel.
+        Opened with O_NOATIME: the file lives on the kernel's own shm mount, which updates the access time on every
+        mapping and read, so a worker's ``fstat`` would otherwise show when other sessions loaded the same instance
+        (a red team, 2026-12-05). Locks on the file, which every holder shares, are refused by the worker's seccomp."""
+        path = f"/proc/self/fd/{self.fd}"
+        for flags in (os.O_RDONLY | os.O_CLOEXEC | os.O_NOATIME, os.O_RDONLY | os.O_CLOEXEC):
+            try:
+                return os.open(path, flags)
+            except PermissionError:
+                continue  # O_NOATIME wants the file's owner (a server whose uid changed since): open without it
+            except OSError:
+                return None
+        return None
 
     def read(self) -> bytes:
         """The bytes (a copy), for the callers that want them as such (warm-ups, tests, benchmarks)."""

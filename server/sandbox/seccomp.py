@@ -14,6 +14,11 @@ host. ``prctl`` passes only for a short allowlist (thread names, reads of the wo
 clearing the parent-death signal, making the worker dumpable or changing its memory layout answer
 EPERM. libseccomp allows one comparison per argument and rule, so "option not in the allowlist" is
 written as a few masked-equality rules over aligned blocks of the forbidden values (``_blocks``).
+
+Why locks (issue 20): every worker on one cached instance holds the same sealed model file, and locks, leases and
+change notifications live on the file, not on a worker's descriptor: a red team passed bits between two escaped
+sessions through ``flock``. So ``flock`` and ``fcntl``'s lock, lease and notify commands answer EPERM (``fcntl``'s
+other commands, which Python and torch use on their own descriptors, pass).
 """
 
 from __future__ import annotations
@@ -26,7 +31,10 @@ import os
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 CLONE_THREAD = 0x00010000
-CMP_NE, CMP_LT, CMP_GT, CMP_MASKED_EQ = 1, 2, 6, 7
+CMP_NE, CMP_LT, CMP_EQ, CMP_GT, CMP_MASKED_EQ = 1, 2, 4, 6, 7
+# fcntl commands that lock, lease or watch the file itself: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK,
+# F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY (the status-flag, descriptor and seal commands stay)
+FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
 # PR_GET_PDEATHSIG, PR_GET_DUMPABLE, PR_SET_NAME, PR_GET_NAME, PR_GET_SECCOMP, PR_CAPBSET_READ,
 # PR_GET_NO_NEW_PRIVS, PR_GET_THP_DISABLE: what Python, glibc and torch's threads call.
 PRCTL_ALLOWED = (2, 3, 15, 16, 21, 23, 39, 42)
@@ -123,6 +131,9 @@ DENIED = [
     "llistxattr",
     "flistxattr",
     "listxattrat",
+    # locks and leases live on the file, not the descriptor: on the sealed model file every session holding the same
+    # instance would share them (a channel between sessions); ``fcntl``'s lock commands are refused below
+    "flock",
     # watching other processes' file activity, describing the host
     "inotify_init",
     "inotify_init1",
@@ -224,6 +235,8 @@ def install() -> int:
         add("kill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("tgkill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("prlimit64", eperm, _ArgCmp(0, CMP_NE, 0, 0))
+        for command in FCNTL_DENIED:
+            add("fcntl", eperm, _ArgCmp(1, CMP_EQ, command, 0))
         add("prctl", eperm, _ArgCmp(0, CMP_GT, PRCTL_ALLOWED[-1], 0))
         for mask, value in prctl_denied_blocks():
             add("prctl", eperm, _ArgCmp(0, CMP_MASKED_EQ, mask, value))
