@@ -355,6 +355,9 @@ class SandboxSettings(_EnvSettings):
     output_cap: int = setting(64 * 1024, "bytes of stdout kept per snippet", minimum=1)
     error_cap: int = setting(2048, "bytes of error text kept per snippet", minimum=1)
     watchdog_interval: float = setting(0.5, "seconds between the memory watchdog's polls", minimum=0.01)
+    snippet_nice: int = setting(0, "niceness a worker takes once its model is loaded, so that on a busy machine "
+                                "snippets yield to resets, loads and the server (5: shorter reset tails, docs/"
+                                "PERFORMANCE.md); 0 = off", minimum=0, maximum=19)  # fmt: skip
     max_workers: int = setting(256, "worker slots (and per-slot uids) in all", minimum=1)
     # Test-only, never read from the environment: lets a test worker run the "unrestricted" op.
     test_unrestricted: bool = field(default=False, repr=False)

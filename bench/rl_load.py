@@ -15,7 +15,7 @@ Three phases, each on a local server of its own (every pair's pool may hold ``ME
    sandbox workers and the pair's ready instances found just before each.
 
 ``--warm`` runs phase 3 alone in the setting issue 20's latency targets name, every timed reset finding its pool
-warm: each pair's pool holds ``--resets`` (all filled first, the generator at full share) and the players play one
+warm: each pair's pool holds ``--resets`` (all filled first, at the default CPU share) and the players play one
 cached seed per pair, so only the timed resets draw from the pools; with ``--resets 20`` each pair gets a p95.
 
 Phase 1 against phase 2 is "before and after" for a trainer that draws a fresh instance per episode; the
@@ -58,10 +58,10 @@ def server_env(pairs: list[str], prefetch: bool, depth: int = DEPTH) -> dict[str
 
 
 def warm_env(pairs: list[str], resets: int) -> dict[str, str]:
-    """``--warm``: a pool of ``resets`` per pair filled at full share, and a cache that keeps the players' seeds
-    beside the instances the timed resets take."""
+    """``--warm``: a pool of ``resets`` per pair (the default CPU share: its refill runs beside the timing as it would
+    in training), and a cache that keeps the players' seeds beside the instances the timed resets take."""
     env = server_env(pairs, prefetch=True, depth=max(DEPTH, resets))
-    return env | {"MECHSANDBOX_PREFETCH_CPU_SHARE": "1", "MECHSANDBOX_CACHE_SIZE": str(len(pairs) * (resets + 2))}
+    return env | {"MECHSANDBOX_CACHE_SIZE": str(len(pairs) * (resets + 2))}
 
 
 def seedless(pairs: list[str], rounds: int) -> list[dict]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import signal
@@ -309,5 +310,34 @@ def test_an_honest_worker_that_computed_and_went_idle_is_not_killed(pool, payloa
         assert session.unrestricted(burn)["result"] == 1
         time.sleep(1.5)  # three watchdog polls
         assert session.worker is not None and session.worker.alive and pool.idle_cpu_kills == kills
+    finally:
+        session.close()
+
+
+def _nice(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])  # field 19 of stat: the main thread's niceness
+
+
+@pytest.fixture(scope="module")
+def nice_pool():
+    with SandboxPool(SandboxSettings(pool_size=1, snippet_nice=5, test_unrestricted=True)) as p:
+        yield p
+
+
+def test_a_worker_runs_snippets_at_the_snippet_niceness_and_cannot_undo_it(nice_pool, payload) -> None:
+    """Warm workers and the load run at the server's priority (a reset waits for them); from the load on, the worker
+    runs at ``snippet_nice`` and an escaped snippet cannot raise its priority back."""
+    pool = nice_pool
+    assert SandboxSettings().snippet_nice == 0  # off unless the operator sets it
+    with pool.lock:
+        warm = [w.pid for w in pool.warm]
+    assert warm and all(_nice(pid) == 0 for pid in warm)
+    session = pool.open_session(payload)
+    try:
+        assert session.pid is not None and _nice(session.pid) == 5
+        code = "import os\ntry:\n    os.setpriority(os.PRIO_PROCESS, 0, 0)\n    result = 'raised'\n"
+        reply = session.unrestricted(code + "except OSError as exc:\n    result = exc.errno\n")
+        assert reply["result"] == errno.EACCES and _nice(session.pid) == 5
     finally:
         session.close()

@@ -321,6 +321,7 @@ class ZygoteProcess:
                 "output_cap": settings.output_cap,
                 "error_cap": settings.error_cap,
                 "test_unrestricted": settings.test_unrestricted,
+                "snippet_nice": settings.snippet_nice,
             },
         }
         argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)]

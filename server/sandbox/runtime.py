@@ -21,7 +21,7 @@ from typing import Any
 
 import safetensors.torch
 
-from ...arch import build, build_with, helper_namespace, split_public_tensors
+from ...arch import build_with, helper_namespace, split_public_tensors
 from .facade import Facade, make_import
 from .policy import (
     REFUSED_BUILTINS,
@@ -112,9 +112,8 @@ class Runtime:
         call's is the one ``load`` made, kept in ``pristine`` until then): a snippet's writes stay in its own pages,
         nothing is copied up front."""
         arch, state = self.pristine
-        if self.model_fd is None:
-            model = build(arch)
-            model.load_state_dict(state)  # copies: ``state`` stays pristine whatever a snippet does to the model
+        if self.model_fd is None:  # copies: ``state`` stays pristine whatever a snippet does to the model
+            model = build_with(arch, {name: tensor.clone() for name, tensor in state.items()})
         else:
             model = build_with(arch, state or split_public_tensors(map_tensors(self.model_fd))[0])
             self.pristine = (arch, {})  # later calls map the file again; keep no reference to a snippet's pages
