@@ -40,7 +40,8 @@ class GeneratorPool:
         self.size, self.threads, self._fallback = size, threads, fallback
         self._lock = threading.Lock()
         self._idle: list[GeneratorProcess] = []  # started, not generating (ready or still importing)
-        self._busy = 0
+        self._busy = 0  # children generating for a miss
+        self._checking = 0  # children checked out by ``_take`` while it asks whether they are ready
         self._deaths = 0
         self._closed = False
         self.in_child = self.in_server = 0
@@ -51,6 +52,8 @@ class GeneratorPool:
             try:
                 item = child(task_id, seed, level)
             except BuilderGone as exc:
+                with self._lock:
+                    self._busy -= 1
                 self._lost(child, str(exc))
             except BaseException:
                 self._put(child)  # the generation itself failed: the child is fine
@@ -69,50 +72,66 @@ class GeneratorPool:
         return item
 
     def _take(self) -> GeneratorProcess | None:
-        """An idle child that is ready (one that died while idle is dropped); None if there is none."""
+        """An idle child that is ready, checked out as busy (one that died while idle is dropped); None if there is
+        none. The idle children are checked out before ``ready()`` is asked, so that no two misses ever wait on one
+        child's lock; those not chosen go back."""
         with self._lock:
-            candidates = list(self._idle)
+            candidates, self._idle = self._idle, []
+            self._checking += len(candidates)
+        chosen = None
         for child in candidates:
-            try:
-                ready = child.ready()
-            except BuilderGone as exc:
-                self._lost(child, str(exc))
-                continue
+            if chosen is None:
+                try:
+                    ready = child.ready()
+                except BuilderGone as exc:
+                    with self._lock:
+                        self._checking -= 1
+                    self._lost(child, str(exc))
+                    continue
+                if ready:
+                    chosen = child
+                    with self._lock:
+                        self._checking -= 1
+                        self._busy += 1
+                    continue
             with self._lock:
-                if ready and child in self._idle:
-                    self._idle.remove(child)
-                    self._busy += 1
-                    return child
-        self._grow(all_busy=True)
-        return None
+                self._checking -= 1
+                closed = self._closed
+                if not closed:
+                    self._idle.append(child)
+            if closed:
+                child.close()
+        if chosen is None:
+            self._grow(all_busy=True)
+        return chosen
 
     def _grow(self, all_busy: bool) -> None:
         """Start a child if there is room: the first one after a slow generation in the server, another when a miss
         finds every child generating (``all_busy``)."""
         with self._lock:
-            started = len(self._idle) + self._busy
+            started = len(self._idle) + self._busy + self._checking
             if self._closed or self._deaths >= MAX_DEATHS or started >= self.size:
                 return
-            if (started == 0 or self._idle) if all_busy else started > 0:
+            if (started == 0 or self._idle or self._checking) if all_busy else started > 0:
                 return
             child = GeneratorProcess(self.threads)
             self._idle.append(child)
         child.start()
 
     def _put(self, child: GeneratorProcess) -> None:
+        """A child checked out by ``_take`` is idle again (closed instead once the pool is)."""
         with self._lock:
             self._busy -= 1
-            if self._closed:
-                child.close()
-            else:
+            closed = self._closed
+            if not closed:
                 self._idle.append(child)
+        if closed:
+            child.close()  # outside the lock: it waits for the child to exit
 
     def _lost(self, child: GeneratorProcess, why: str) -> None:
+        """A child that ended unexpectedly: dropped, counted and logged (the caller generates in the server). The
+        child is no longer in ``_idle`` nor counted as busy or checking."""
         with self._lock:
-            if child in self._idle:
-                self._idle.remove(child)
-            else:
-                self._busy -= 1
             self._deaths += 1
             last = self._deaths == MAX_DEATHS
         child.close()
@@ -124,7 +143,7 @@ class GeneratorPool:
     def status(self) -> dict[str, Any]:
         """For /health: children started and generating, and where the misses were generated."""
         with self._lock:
-            return {"processes": len(self._idle) + self._busy, "busy": self._busy, "of": self.size,
+            return {"processes": len(self._idle) + self._busy + self._checking, "busy": self._busy, "of": self.size,
                     "in_child": self.in_child, "in_server": self.in_server, "ended": self._deaths}  # fmt: skip
 
     def close(self) -> None:

@@ -187,8 +187,10 @@ class GeneratorProcess:
             self._close()
 
 
-ENV_KEPT = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR")
-ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "KMP_")  # the CPU's BLAS settings and thread counts
+ENV_KEPT = ("PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "LD_LIBRARY_PATH", "ATEN_CPU_CAPABILITY")
+# the CPU's BLAS settings, thread counts and torch's own switches: what torch loads and which kernels it picks must be
+# the server's, or the bytes could depend on where an instance was generated
+ENV_PREFIXES = ("OPENBLAS_", "OMP_", "MKL_", "KMP_", "TORCH_", "PYTORCH_")
 
 
 def child_environment() -> dict[str, str]:

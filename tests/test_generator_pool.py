@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import threading
-import time
 from pathlib import Path
 
 from helpers import assert_same_instance, wait_until
@@ -78,9 +77,9 @@ def test_a_child_killed_mid_generation_costs_one_in_process_generation(caplog) -
         got: list[CachedInstance] = []
         caller = threading.Thread(target=lambda: got.append(pool("committee-circuit", 77, "hard")))
         caller.start()
-        wait_until(lambda: pool.status()["busy"] == 1)
-        time.sleep(0.3)  # committee-circuit hard takes a second or more: the child is generating
-        os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: pool.status()["busy"] == 1, timeout_s=30)
+        os.kill(pid, signal.SIGKILL)  # checked out for a generation that takes a second or more: whether the job
+        # reached the child yet or not, its reply cannot have come
         caller.join(timeout=120)
         assert not caller.is_alive() and len(got) == 1
         status = pool.status()

@@ -259,18 +259,26 @@ def test_a_nearly_full_descriptor_table_keeps_plain_bytes() -> None:
 
 
 SHARED_STATE = """
-import os, fcntl, struct
+import ctypes, os, fcntl, platform, struct
 model_fds = [fd for fd in range(3, 64) if os.path.exists(f"/proc/self/fd/{fd}")
              and os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:mechsandbox-model")]
 fd = model_fds[0]
 os.lseek(fd, 12345, os.SEEK_SET)
 fcntl.fcntl(fd, fcntl.F_SETFL, os.O_APPEND | os.O_NONBLOCK)
 lock = struct.pack("hhqqi", fcntl.F_RDLCK, 0, 0, 0, 0)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def raw_setlk():  # the kernel reads cmd as 32 bits: a filter comparing all 64 would let 1 << 32 | F_SETLK through
+    number = {"x86_64": 72, "aarch64": 25}[platform.machine()]  # SYS_fcntl
+    command = ctypes.c_ulong(1 << 32 | fcntl.F_SETLK)
+    if libc.syscall(number, ctypes.c_long(fd), command, ctypes.create_string_buffer(lock)) < 0:
+        raise OSError(ctypes.get_errno(), "fcntl")
 refused = []
 for attempt in (lambda: fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
                 lambda: fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB),
                 lambda: fcntl.fcntl(fd, fcntl.F_GETLK, lock), lambda: fcntl.fcntl(fd, 37, lock),  # F_OFD_SETLK
-                lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK), lambda: fcntl.fcntl(fd, fcntl.F_NOTIFY, 1)):
+                lambda: fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_RDLCK), lambda: fcntl.fcntl(fd, fcntl.F_NOTIFY, 1),
+                raw_setlk):
     try:
         attempt()
         refused.append("allowed")
@@ -294,8 +302,9 @@ def test_a_worker_gets_a_read_only_descriptor_of_its_own() -> None:
     with _escape_pool() as pool:
         for _ in range(2):  # the second session's fstat comes after the first one's load and mappings
             reply = _escaped(pool, payload, SHARED_STATE)
-            assert reply["error"] is None and reply["result"] == [1, True, 0.0, 0.0, [errno.EPERM] * 6], reply
-    assert os.fstat(payload.fd).st_atime == 0.0
+            assert reply["error"] is None and reply["result"] == [1, True, 0.0, 0.0, [errno.EPERM] * 7], reply
+    status = os.fstat(payload.fd)
+    assert status.st_atime == 0.0 and status.st_mode & 0o777 == 0o400
     assert os.lseek(payload.fd, 0, os.SEEK_CUR) == offset != 12345 and fcntl.fcntl(payload.fd, fcntl.F_GETFL) == flags
     other = os.open(f"/proc/self/fd/{payload.fd}", os.O_RDONLY)
     try:

@@ -69,7 +69,7 @@ class SealedBlob:
                 written += os.write(fd, view[written:])
             os.utime(fd, (0, 0))  # a worker's fstat must not date the instance's generation (ctime still does)
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
-            os.fchmod(fd, 0o444)  # not even a writable open of it (every write path is sealed shut anyway)
+            os.fchmod(fd, 0o400)  # no other uid opens it at all (every write path is sealed shut anyway)
             with contextlib.suppress(OSError):  # the server's own reads (``read``) leave the access time alone
                 fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NOATIME)
         except OSError:

@@ -31,7 +31,7 @@ import os
 
 SCMP_ACT_ALLOW = 0x7FFF0000
 CLONE_THREAD = 0x00010000
-CMP_NE, CMP_LT, CMP_EQ, CMP_GT, CMP_MASKED_EQ = 1, 2, 4, 6, 7
+CMP_NE, CMP_LT, CMP_GT, CMP_MASKED_EQ = 1, 2, 6, 7
 # fcntl commands that lock, lease or watch the file itself: F_GETLK, F_SETLK, F_SETLKW, F_OFD_GETLK, F_OFD_SETLK,
 # F_OFD_SETLKW, F_SETLEASE, F_GETLEASE, F_NOTIFY (the status-flag, descriptor and seal commands stay)
 FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1025, 1026)
@@ -235,8 +235,8 @@ def install() -> int:
         add("kill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("tgkill", eperm, _ArgCmp(0, CMP_NE, pid, 0))
         add("prlimit64", eperm, _ArgCmp(0, CMP_NE, 0, 0))
-        for command in FCNTL_DENIED:
-            add("fcntl", eperm, _ArgCmp(1, CMP_EQ, command, 0))
+        for command in FCNTL_DENIED:  # the kernel reads cmd as 32 bits: compare those only, or 1 << 32 | cmd passes
+            add("fcntl", eperm, _ArgCmp(1, CMP_MASKED_EQ, 0xFFFFFFFF, command))
         add("prctl", eperm, _ArgCmp(0, CMP_GT, PRCTL_ALLOWED[-1], 0))
         for mask, value in prctl_denied_blocks():
             add("prctl", eperm, _ArgCmp(0, CMP_MASKED_EQ, mask, value))

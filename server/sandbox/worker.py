@@ -114,11 +114,12 @@ def handle(
 
 
 def _yield_priority(nice: int) -> None:
-    """From its first load on, the worker runs at ``nice`` (never back: raising one's own priority needs a capability
-    the worker does not have). Why: on a machine busy with snippets, a reset is the server's request handling plus a
-    load into a fresh worker, all at nice 0, against every session's snippets; the scheduler then gives the reset's
-    work about four times the snippets' weight (nice 5), while snippets still share the CPU fairly among themselves.
-    The load itself, which a reset waits for, ran before this."""
+    """From its first load on, the worker's main thread, which runs the snippets (threads a snippet starts inherit
+    it), runs at ``nice`` (never back: raising one's own priority needs a capability the worker does not have; Linux
+    sets it per thread, and the worker has no other busy thread). Why: on a machine busy with snippets, a reset is
+    the server's request handling plus a load into a fresh worker, all at nice 0, against every session's snippets;
+    the scheduler then gives the reset's work about four times the snippets' weight (nice 5), while snippets still
+    share the CPU fairly among themselves. The load itself, which a reset waits for, ran before this."""
     if nice > 0:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
