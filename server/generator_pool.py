@@ -94,13 +94,7 @@ class GeneratorPool:
                         self._checking -= 1
                         self._busy += 1
                     continue
-            with self._lock:
-                self._checking -= 1
-                closed = self._closed
-                if not closed:
-                    self._idle.append(child)
-            if closed:
-                child.close()
+            self._put(child, checking=True)
         if chosen is None:
             self._grow(all_busy=True)
         return chosen
@@ -118,10 +112,14 @@ class GeneratorPool:
             self._idle.append(child)
         child.start()
 
-    def _put(self, child: GeneratorProcess) -> None:
-        """A child checked out by ``_take`` is idle again (closed instead once the pool is)."""
+    def _put(self, child: GeneratorProcess, checking: bool = False) -> None:
+        """A child checked out by ``_take`` (to generate, or ``checking`` whether it is ready) is idle again; closed
+        instead once the pool is."""
         with self._lock:
-            self._busy -= 1
+            if checking:
+                self._checking -= 1
+            else:
+                self._busy -= 1
             closed = self._closed
             if not closed:
                 self._idle.append(child)
