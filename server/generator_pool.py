@@ -145,8 +145,8 @@ class GeneratorPool:
                     "in_child": self.in_child, "in_server": self.in_server, "ended": self._deaths}  # fmt: skip
 
     def close(self) -> None:
-        """End every child (a generation under way raises ``BuilderGone`` in its caller, which then generates in
-        the server); none starts again."""
+        """End every idle child now and each busy one once its generation is handed back (``_put``); none starts
+        again."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []

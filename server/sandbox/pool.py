@@ -165,12 +165,13 @@ class Worker:
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
         self.seq = 0
-        # between requests the watchdog compares the worker's CPU time with ``idle_cpu`` (read when the last reply
-        # came); ``requests`` tells it whether a request started and ended while it looked
+        # between requests the watchdog compares the worker's CPU time with what it read at its first look at this
+        # idle spell (``idle_mark``: the request count and the CPU seconds then); the count tells it whether a
+        # request started and ended while it looked. Nothing of it is read on a request's path.
         self.state_lock = threading.Lock()
         self.busy = False
         self.requests = 0
-        self.idle_cpu: float | None = None
+        self.idle_mark: tuple[int, float] | None = None
 
     def cpu_seconds(self) -> float | None:
         """The process's user + system CPU time, all its threads (/proc/<pid>/stat); None once it is gone."""
@@ -202,7 +203,6 @@ class Worker:
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         hello, _ = recv_frame(self.sock, MAX_REPLY, deadline=time.monotonic() + timeout)
         self.isolation = {k: str(v) for k, v in hello.get("isolation", {}).items()}
-        self.idle_cpu = self.cpu_seconds()
 
     def request(
         self,
@@ -222,9 +222,8 @@ class Worker:
         try:
             return self._request(message, timeout, settings, blob, fd)
         finally:
-            cpu = self.cpu_seconds()
             with self.state_lock:
-                self.idle_cpu, self.busy = cpu, False
+                self.busy = False
 
     def _request(
         self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes, fd: int | None
@@ -594,19 +593,26 @@ class SandboxPool:
                 self._check_idle_cpu(worker)
 
     def _check_idle_cpu(self, worker: Worker) -> None:
-        """Kill a worker that used more than ``IDLE_CPU_SECONDS`` of CPU while no request was in flight."""
+        """Kill a worker that used more than ``IDLE_CPU_SECONDS`` of CPU while no request was in flight, counted from
+        the watchdog's first look at this idle spell (so at most one poll interval after a reply goes uncounted)."""
         with worker.state_lock:
-            if not worker.alive or worker.busy or worker.idle_cpu is None:
+            if not worker.alive or worker.busy:
                 return
-            since, requests = worker.idle_cpu, worker.requests
+            requests = worker.requests
         used = worker.cpu_seconds()
-        if used is None or used - since <= IDLE_CPU_SECONDS:
+        if used is None:
             return
         with worker.state_lock:  # killed under the lock: a request cannot start in between and be the one killed
             if worker.busy or worker.requests != requests or not worker.alive:
                 return
+            if worker.idle_mark is None or worker.idle_mark[0] != requests:
+                worker.idle_mark = (requests, used)  # a new idle spell: its baseline
+                return
+            spent = used - worker.idle_mark[1]
+            if spent <= IDLE_CPU_SECONDS:
+                return
             self.idle_cpu_kills += 1
-            log.warning("worker %d used %.1f s of CPU between requests; killing it", worker.pid, used - since)
+            log.warning("worker %d used %.1f s of CPU between requests; killing it", worker.pid, spent)
             worker.kill("the worker ran code between requests; namespace reset")
 
     # --- sessions ------------------------------------------------------------------------------
