@@ -30,7 +30,7 @@ from ..arch.guide import namespace_guide
 from ..jsonvalue import AnswerError, check_json_value
 from ..protocol import ACTION_FIELDS, FLOOR, clamp
 from ..tasks import Family, Instance
-from .sandbox import SandboxSession
+from .sandbox import SandboxSession, SandboxUnavailable
 from .scoring import CODE_KEEP, Scoring, clip
 from .splits import InstanceRef
 
@@ -50,6 +50,12 @@ class EpisodeError(Exception):
 
 class EpisodeOver(EpisodeError):
     status = 409
+
+
+class ServiceUnavailable(EpisodeError):
+    """The server cannot do this now (the sandbox, a drain, the database); the client may retry."""
+
+    status = 503
 
 
 @dataclass
@@ -153,7 +159,11 @@ class Episode:
             return {**self._base(), **obs, **self._reveal()}
 
     def _run(self, code: str) -> dict[str, Any]:
-        result = self.sandbox.run(code)
+        try:
+            result = self.sandbox.run(code)
+        except SandboxUnavailable as exc:  # no worker could be had: nothing ran, so the step is not counted
+            raise ServiceUnavailable(f"{exc}; the snippet did not run and the step was not counted: send it again"
+                                     ) from None
         text = result.stdout
         if result.notice:
             text = f"[sandbox] {result.notice}\n{text}"
@@ -173,7 +183,11 @@ class Episode:
         Nothing of the episode changes here: ``_settle`` publishes the end once it is recorded.
         """
         if kind == "solution_from":
-            answer, error = self.sandbox.solution_from(value)
+            try:
+                answer, error = self.sandbox.solution_from(value)
+            except SandboxUnavailable as exc:
+                raise ServiceUnavailable(f"{exc}; nothing was graded and the step was not counted: send it again"
+                                         ) from None
             if error:
                 return self._invalid(f"solution_from {value!r}: {error}"), None, None
         else:

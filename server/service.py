@@ -26,7 +26,7 @@ from ..results import RunInfo
 from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
-from .episode import Episode, EpisodeError
+from .episode import Episode, EpisodeError, ServiceUnavailable
 from .generator_pool import GeneratorPool
 from .generator_process import GeneratorProcess
 from .instance_cache import CachedInstance, InstanceCache
@@ -52,10 +52,6 @@ class RateLimited(EpisodeError):
 
 class UnknownEpisode(EpisodeError):
     status = 404
-
-
-class ServiceUnavailable(EpisodeError):
-    status = 503
 
 
 class MisdirectedEpisode(EpisodeError):
@@ -243,7 +239,7 @@ class Service:
     def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL) -> Episode:
         cached = self.cache.get(ref.task_id, ref.seed, ref.level)
         try:
-            sandbox = self.pool.open_session(cached.payload)
+            sandbox = self.pool.open_session(cached.payload, behind=True)
         except SandboxUnavailable as exc:
             raise ServiceUnavailable(str(exc)) from None
         episode = Episode(

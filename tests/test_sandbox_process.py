@@ -341,3 +341,36 @@ def test_a_worker_runs_snippets_at_the_snippet_niceness_and_cannot_undo_it(nice_
         assert reply["result"] == errno.EACCES and _nice(session.pid) == 5
     finally:
         session.close()
+
+
+def test_a_session_loaded_behind_returns_before_its_worker_and_its_first_snippet_waits_for_it(pool, payload) -> None:
+    """The server's resets open sessions ``behind``: the call returns while the loading thread has not even taken a
+    worker (the pool's lock, held here, keeps it waiting), and the first snippet then waits and runs on the model."""
+    with pool.lock:
+        session = pool.open_session(payload, behind=True)
+        assert session.worker is None and session.lock.locked()
+    try:
+        result = session.run("print(sum(p.numel() for p in model.parameters()))")
+        assert result.error is None and not result.namespace_reset and int(result.stdout) > 0
+        assert session.pid in pool.workers
+    finally:
+        session.close()
+    assert session.worker is None
+
+
+def test_a_load_that_fails_behind_is_tried_again_by_the_first_use(payload, caplog) -> None:
+    """With every worker slot taken the load behind fails (one log line); the first snippet tries again and reports
+    why it cannot run; once a slot is free the next one runs."""
+    with SandboxPool(SandboxSettings(pool_size=0, max_workers=1)) as pool:
+        holder = pool.open_session(payload)
+        late = pool.open_session(payload, behind=True)
+        try:
+            with pytest.raises(SandboxUnavailable, match="all 1 sandbox workers are in use"):
+                late.run("print(1)")
+            assert "could not be loaded ahead of its first use" in caplog.text
+            holder.close()
+            result = late.run("print(2)")
+            assert result.stdout == "2\n" and not result.namespace_reset
+        finally:
+            holder.close()
+            late.close()

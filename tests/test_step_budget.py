@@ -49,3 +49,26 @@ def test_setting_parses(raw: str, expected: int) -> None:
 def test_bad_setting_is_refused(raw: str) -> None:
     with pytest.raises(ValueError, match="MECHSANDBOX_TRAIN_MAX_STEPS"):
         ServerSettings.from_env({"MECHSANDBOX_TRAIN_MAX_STEPS": raw})
+
+
+def test_a_step_that_finds_no_sandbox_worker_is_refused_and_not_counted(tmp_path) -> None:
+    """A step whose session cannot get a worker (here: the only worker slot is held by another episode) answers 503
+    with the reason, spends no step and records nothing; sent again once a worker is free, it runs."""
+    from mechsandbox.server.episode import ServiceUnavailable
+    from mechsandbox.server.sandbox import SandboxSettings
+
+    settings = ServerSettings(test_salt="budget-test", practice=True, data_dir=str(tmp_path))
+    svc = Service(settings, SandboxSettings(pool_size=0, max_workers=1)).start()
+    try:
+        holder = svc.open_episode({"task_id": "dead-neurons", "seed": 5}, transport="websocket")
+        late = svc.open_episode({"task_id": "dead-neurons", "seed": 6}, transport="websocket")
+        assert holder.step({"python_code": "print(1)"})["step"] == 1
+        with pytest.raises(ServiceUnavailable, match="all 1 sandbox workers are in use.*step was not counted") as info:
+            late.step({"python_code": "print(2)"})
+        assert info.value.status == 503 and late.step_count == 0
+        holder.close()
+        obs = late.step({"python_code": "print(2)"})
+        assert obs["step"] == 1 and obs["stdout_or_error"] == "2\n"
+        late.close()
+    finally:
+        svc.stop()

@@ -617,20 +617,51 @@ class SandboxPool:
 
     # --- sessions ------------------------------------------------------------------------------
 
-    def open_session(self, payload: ModelPayload) -> SandboxSession:
-        return SandboxSession(self, payload)
+    def open_session(self, payload: ModelPayload, behind: bool = False) -> SandboxSession:
+        """A session holding ``payload``; with ``behind`` the worker is taken and loaded on a thread of its own
+        while the caller goes on (the server's resets: see ``SandboxSession``)."""
+        return SandboxSession(self, payload, behind)
 
 
 class SandboxSession:
-    """One episode's namespace: a worker holding the public model, replaced when it is lost."""
+    """One episode's namespace: a worker holding the public model, replaced when it is lost.
 
-    def __init__(self, pool: SandboxPool, payload: ModelPayload):
+    Loaded ``behind`` (what the server's resets do), the session returns at once and a thread of its own takes a
+    worker and loads the model, holding the session's lock until it is done, so the first snippet (or submission, or
+    close) waits for the load and nothing ever sees a half-loaded session. Why: a reset needs only the instance to
+    answer (its prompt and schema); the load (5-13 ms idle, several times that while 8 sessions compute, and a spawn
+    when no warm worker is left) then overlaps the client's own work, an agent's first generation in an RL loop
+    (docs/PERFORMANCE.md, "Resets with their pools warm"). A load that fails behind is tried again by the first use,
+    which reports it (``SandboxUnavailable``) if it fails again.
+    """
+
+    def __init__(self, pool: SandboxPool, payload: ModelPayload, behind: bool = False):
         self.pool, self.payload = pool, payload
         self.worker: Worker | None = None
         self.lock = threading.Lock()
         self.resets = 0
         self.closed = False
-        self._ensure_worker()
+        if not behind:
+            self._ensure_worker()
+            return
+        self.lock.acquire()  # released by the loading thread (a Lock may be released by any thread)
+        try:
+            threading.Thread(target=self._load_behind, name="sandbox-load", daemon=True).start()
+        except RuntimeError:  # no thread to be had: load here instead
+            try:
+                self._ensure_worker()
+            finally:
+                self.lock.release()
+
+    def _load_behind(self) -> None:
+        try:
+            self._ensure_worker()
+        except SandboxUnavailable as exc:  # the first use tries again and reports what it meets then
+            log.warning("a sandbox session's model could not be loaded ahead of its first use: %s", exc)
+        except Exception:  # a thread of our own: log what nobody would see, the first use tries again
+            log.exception("loading a sandbox session's model failed")
+        finally:
+            self.lock.release()
 
     def _ensure_worker(self) -> bool:
         """Give the session a loaded worker; True when a previous one was lost (namespace reset)."""
@@ -717,7 +748,8 @@ class SandboxSession:
 
     @property
     def pid(self) -> int | None:
-        return self.worker.pid if self.worker else None
+        with self.lock:  # after a load under way behind
+            return self.worker.pid if self.worker else None
 
     def close(self) -> None:
         with self.lock:
