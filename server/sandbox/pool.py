@@ -657,7 +657,8 @@ class SandboxSession:
         try:
             self._ensure_worker()
         except SandboxUnavailable as exc:  # the first use tries again and reports what it meets then
-            log.warning("a sandbox session's model could not be loaded ahead of its first use: %s", exc)
+            if not self.pool.closed.is_set():  # not a server that is stopping
+                log.warning("a sandbox session's model could not be loaded ahead of its first use: %s", exc)
         except Exception:  # a thread of our own: log what nobody would see, the first use tries again
             log.exception("loading a sandbox session's model failed")
         finally:
