@@ -227,7 +227,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         tags=["Episodes"],
         summary="Act in an HTTP episode (needs episode_id)",
         response_model=None,
-        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 404, 409, 413, 421, 422, 429)},
+        responses={200: {"model": EpisodeResponse}, **error_responses(400, 401, 404, 409, 413, 421, 422, 429, 503)},
         openapi_extra=request_body(StepRequest, required=True),
     )
     async def step(request: Request) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from ..arch.guide import namespace_guide
 from ..jsonvalue import AnswerError, check_json_value
@@ -162,8 +162,7 @@ class Episode:
         try:
             result = self.sandbox.run(code)
         except SandboxUnavailable as exc:  # no worker could be had: nothing ran, so the step is not counted
-            raise ServiceUnavailable(f"{exc}; the snippet did not run and the step was not counted: send it again"
-                                     ) from None
+            self._sandbox_refused(exc, "the snippet did not run")
         text = result.stdout
         if result.notice:
             text = f"[sandbox] {result.notice}\n{text}"
@@ -177,6 +176,13 @@ class Episode:
             "namespace_reset": result.namespace_reset,
         }
 
+    def _sandbox_refused(self, exc: SandboxUnavailable, what: str) -> NoReturn:
+        """A step the sandbox could not take: a 503 to send again, or 409 when the session was closed meanwhile (the
+        episode ended: a WebSocket that went away, the idle reaper), where sending it again cannot help."""
+        if self.sandbox.closed:
+            raise EpisodeOver("the episode's sandbox session was closed; call reset to start a new one") from None
+        raise ServiceUnavailable(f"{exc}; {what} and the step was not counted: send it again") from None
+
     def _submit(self, kind: str, value: Any) -> tuple[dict[str, Any], float | None, str | None]:
         """Grade a submission: ``(observation, score, feedback)``, score None when the answer is invalid.
 
@@ -186,8 +192,7 @@ class Episode:
             try:
                 answer, error = self.sandbox.solution_from(value)
             except SandboxUnavailable as exc:
-                raise ServiceUnavailable(f"{exc}; nothing was graded and the step was not counted: send it again"
-                                         ) from None
+                self._sandbox_refused(exc, "nothing was graded")
             if error:
                 return self._invalid(f"solution_from {value!r}: {error}"), None, None
         else:

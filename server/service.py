@@ -215,12 +215,12 @@ class Service:
         if not self.pool.healthy():
             raise ServiceUnavailable("the sandbox is not available right now; retry shortly")
         if transport != "http":
-            return self._scored(self._new_episode(ref, transport), run)
+            return self._scored(self._new_episode(ref, transport, behind=run is None), run)
         if self.total_sessions() >= self.settings.session_cap:
             raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
         ticket = self.admit(client)
         try:
-            return self._scored(self._new_episode(ref, transport, client), run)
+            return self._scored(self._new_episode(ref, transport, client, behind=run is None), run)
         finally:
             self.release(ticket)
 
@@ -236,10 +236,13 @@ class Service:
         episode.recorder = self.runs.finish
         return episode
 
-    def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL) -> Episode:
+    def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL, behind: bool = True) -> Episode:
+        """The episode and its sandbox session. Loaded ``behind`` (docs/SANDBOX.md) unless it is a run's episode: an
+        attempt is claimed at reset, so a counted episode's reset must fail (and claim nothing) when no worker can
+        take its model, not a first step after the claim."""
         cached = self.cache.get(ref.task_id, ref.seed, ref.level)
         try:
-            sandbox = self.pool.open_session(cached.payload, behind=True)
+            sandbox = self.pool.open_session(cached.payload, behind=behind)
         except SandboxUnavailable as exc:
             raise ServiceUnavailable(str(exc)) from None
         episode = Episode(
@@ -255,11 +258,13 @@ class Service:
         self.episodes[episode.episode_id] = episode
         if transport == "http":
             with self.lock:
-                if self._live_http() + self.ws_count() >= self.settings.session_cap:
-                    episode.close()
-                    raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
-                self.http[episode.episode_id] = episode
-                self.owners[episode.episode_id] = client
+                full = self._live_http() + self.ws_count() >= self.settings.session_cap
+                if not full:
+                    self.http[episode.episode_id] = episode
+                    self.owners[episode.episode_id] = client
+            if full:  # closed outside the lock: closing waits for a load still under way behind
+                episode.close()
+                raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
         return episode
 
     # --- per-client quotas ---------------------------------------------------------------------

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -346,11 +347,23 @@ def test_a_worker_runs_snippets_at_the_snippet_niceness_and_cannot_undo_it(nice_
 def test_a_session_loaded_behind_returns_before_its_worker_and_its_first_snippet_waits_for_it(pool, payload) -> None:
     """The server's resets open sessions ``behind``: the call returns while the loading thread has not even taken a
     worker (the pool's lock, held here, keeps it waiting), and the first snippet then waits and runs on the model."""
-    with pool.lock:
-        session = pool.open_session(payload, behind=True)
+    opened: list = []
+    ran: list = []
+    with pool.lock:  # on another thread, so that a load that waited for the worker fails here instead of hanging
+        opener = threading.Thread(target=lambda: opened.append(pool.open_session(payload, behind=True)), daemon=True)
+        opener.start()
+        opener.join(10)
+        assert opened, "open_session waited for a worker"
+        session = opened[0]
         assert session.worker is None and session.lock.locked()
+        code = "print(sum(p.numel() for p in model.parameters()))"
+        runner = threading.Thread(target=lambda: ran.append(session.run(code)), daemon=True)
+        runner.start()
+        runner.join(0.5)
+        assert not ran  # the snippet waits for the load
     try:
-        result = session.run("print(sum(p.numel() for p in model.parameters()))")
+        runner.join(60)
+        result = ran[0]
         assert result.error is None and not result.namespace_reset and int(result.stdout) > 0
         assert session.pid in pool.workers
     finally:

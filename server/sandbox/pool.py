@@ -687,6 +687,9 @@ class SandboxSession:
         except WorkerLost as exc:
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded into a sandbox worker: {exc.reason}") from None
+        except BaseException:  # anything else (the descriptor could not be opened...): the slot is not kept
+            self.pool.release(worker, "its load failed")
+            raise
         if reply.get("error"):
             self.pool.release(worker)
             raise SandboxUnavailable(f"the model could not be loaded: {reply['error']}")
