@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from helpers import cached_instance
+from helpers import cached_instance, wait_until
 from mechsandbox.evaluation.procfs import cmdline, is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
 from mechsandbox.server.sandbox.pool import WorkerLost
@@ -344,18 +344,30 @@ def test_a_worker_runs_snippets_at_the_snippet_niceness_and_cannot_undo_it(nice_
         session.close()
 
 
+def _opened_behind(pool, payload):
+    """A session opened ``behind`` while the caller holds the pool's lock, so its loading thread waits to take a
+    worker; opened on another thread, so that an open that waited for its worker fails here instead of hanging."""
+    opened: list = []
+    opener = threading.Thread(target=lambda: opened.append(pool.open_session(payload, behind=True)), daemon=True)
+    opener.start()
+    opener.join(10)
+    assert opened, "open_session waited for a worker"
+    session = opened[0]
+    assert session.worker is None and session.lock.locked() and session.loading
+    return session
+
+
+def _busy_workers(pool) -> int:
+    with pool.lock:
+        return len(pool.workers) - len(pool.warm) - pool.starting
+
+
 def test_a_session_loaded_behind_returns_before_its_worker_and_its_first_snippet_waits_for_it(pool, payload) -> None:
     """The server's resets open sessions ``behind``: the call returns while the loading thread has not even taken a
     worker (the pool's lock, held here, keeps it waiting), and the first snippet then waits and runs on the model."""
-    opened: list = []
     ran: list = []
-    with pool.lock:  # on another thread, so that a load that waited for the worker fails here instead of hanging
-        opener = threading.Thread(target=lambda: opened.append(pool.open_session(payload, behind=True)), daemon=True)
-        opener.start()
-        opener.join(10)
-        assert opened, "open_session waited for a worker"
-        session = opened[0]
-        assert session.worker is None and session.lock.locked()
+    with pool.lock:
+        session = _opened_behind(pool, payload)
         code = "print(sum(p.numel() for p in model.parameters()))"
         runner = threading.Thread(target=lambda: ran.append(session.run(code)), daemon=True)
         runner.start()
@@ -387,3 +399,20 @@ def test_a_load_that_fails_behind_is_tried_again_by_the_first_use(payload, caplo
         finally:
             holder.close()
             late.close()
+
+
+def test_closing_a_session_whose_load_is_behind_does_not_wait_and_frees_its_worker(pool, payload) -> None:
+    """An episode that ends or is replaced before its first step closes its session while the load may still be under
+    way: the close returns at once (a reset that replaces an episode would otherwise wait for its load) and the
+    loading thread frees the worker when the load ends."""
+    wait_until(lambda: _busy_workers(pool) == 0, 30)
+    closed = threading.Event()
+    with pool.lock:
+        session = _opened_behind(pool, payload)
+        threading.Thread(target=lambda: (session.close(), closed.set()), daemon=True).start()
+        assert closed.wait(10), "close waited for the load"
+    wait_until(lambda: not session.loading and not session.lock.locked(), 30)
+    assert session.worker is None and session.closed
+    wait_until(lambda: _busy_workers(pool) == 0, 30)
+    with pytest.raises(SandboxUnavailable, match="closed"):
+        session.run("print(1)")

@@ -627,12 +627,13 @@ class SandboxSession:
     """One episode's namespace: a worker holding the public model, replaced when it is lost.
 
     Loaded ``behind`` (what the server's resets do), the session returns at once and a thread of its own takes a
-    worker and loads the model, holding the session's lock until it is done, so the first snippet (or submission, or
-    close) waits for the load and nothing ever sees a half-loaded session. Why: a reset needs only the instance to
-    answer (its prompt and schema); the load (5-13 ms idle, several times that while 8 sessions compute, and a spawn
-    when no warm worker is left) then overlaps the client's own work, an agent's first generation in an RL loop
-    (docs/PERFORMANCE.md, "Resets with their pools warm"). A load that fails behind is tried again by the first use,
-    which reports it (``SandboxUnavailable``) if it fails again.
+    worker and loads the model, holding the session's lock until it is done, so the first snippet or submission waits
+    for the load and nothing ever sees a half-loaded session; a close does not wait (an episode that ends or is
+    replaced before its first step): the loading thread frees the worker when its load ends. Why: a reset needs only
+    the instance to answer (its prompt and schema); the load (5-13 ms idle, several times that while 8 sessions
+    compute, and a spawn when no warm worker is left) then overlaps the client's own work, an agent's first generation
+    in an RL loop (docs/PERFORMANCE.md, "Resets that load behind"). A load that fails behind is tried again by the
+    first use, which reports it (``SandboxUnavailable``) if it fails again.
     """
 
     def __init__(self, pool: SandboxPool, payload: ModelPayload, behind: bool = False):
@@ -641,13 +642,17 @@ class SandboxSession:
         self.lock = threading.Lock()
         self.resets = 0
         self.closed = False
+        self.loading = False  # a load behind is under way; with ``closed``, guarded by ``_state``
+        self._state = threading.Lock()
         if not behind:
             self._ensure_worker()
             return
         self.lock.acquire()  # released by the loading thread (a Lock may be released by any thread)
+        self.loading = True
         try:
             threading.Thread(target=self._load_behind, name="sandbox-load", daemon=True).start()
         except RuntimeError:  # no thread to be had: load here instead
+            self.loading = False
             try:
                 self._ensure_worker()
             finally:
@@ -657,11 +662,16 @@ class SandboxSession:
         try:
             self._ensure_worker()
         except SandboxUnavailable as exc:  # the first use tries again and reports what it meets then
-            if not self.pool.closed.is_set():  # not a server that is stopping
+            if not self.closed and not self.pool.closed.is_set():  # not a session or a server that is stopping
                 log.warning("a sandbox session's model could not be loaded ahead of its first use: %s", exc)
         except Exception:  # a thread of our own: log what nobody would see, the first use tries again
             log.exception("loading a sandbox session's model failed")
         finally:
+            with self._state:
+                self.loading = False
+                closed = self.closed
+            if closed:  # closed during the load, which left the worker to this thread
+                self._drop_worker_on_close()
             self.lock.release()
 
     def _ensure_worker(self) -> bool:
@@ -756,8 +766,15 @@ class SandboxSession:
             return self.worker.pid if self.worker else None
 
     def close(self) -> None:
-        with self.lock:
+        with self._state:
             self.closed = True
-            if self.worker is not None:
-                self.pool.release(self.worker)
-                self.worker = None
+            if self.loading:  # the loading thread frees the worker when its load ends (``_load_behind``)
+                return
+        with self.lock:
+            self._drop_worker_on_close()
+
+    def _drop_worker_on_close(self) -> None:
+        """Free the worker of a closed session; the caller holds ``lock``."""
+        if self.worker is not None:
+            self.pool.release(self.worker)
+            self.worker = None
