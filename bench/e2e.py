@@ -39,6 +39,7 @@ from websockets.asyncio.client import connect
 HERE = Path(__file__).resolve().parent
 RESET = {"task_id": "copy-head", "level": "easy", "seed": 1}
 BUDGET = 8  # copy-head easy allows 10 steps: reset every 8 (resets are part of the step phase)
+POOL = 8  # warm sandbox workers of the server under test
 FORWARD = "y = model(tokens)"
 
 
@@ -135,6 +136,18 @@ async def burst(url: str, k: int = 16) -> list[float]:
     return list(await asyncio.gather(*(one() for _ in range(k))))
 
 
+def settle(url: str, warm: int, limit_s: float = 60) -> None:
+    """Wait until the server has no model load under way and its warm pool is full again: resets answer before their
+    loads (docs/SANDBOX.md), so a phase that starts right after a burst of resets would time their leftovers."""
+    deadline = time.monotonic() + limit_s
+    with httpx.Client(base_url=url, timeout=30) as client:
+        while time.monotonic() < deadline:
+            workers = client.get("/health").json()["workers"]
+            if workers["loading"] == 0 and workers["warm"] >= warm:
+                return
+            time.sleep(0.2)
+
+
 async def throughput(url: str, sessions: int, steps: int, budget: int) -> float:
     ready = asyncio.Barrier(sessions + 1)
     done: list[float] = []
@@ -172,7 +185,7 @@ def main() -> None:
     ap.add_argument("--throughput-only", action="store_true", help="skip the latency figures and the floors")
     args = ap.parse_args()
     sessions = [int(s) for s in args.sessions.split(",")]
-    env = {"MECHSANDBOX_SESSION_CAP": "400", "MECHSANDBOX_POOL_SIZE": "8", "MECHSANDBOX_TRAIN_MAX_STEPS": "1000"}
+    env = {"MECHSANDBOX_SESSION_CAP": "400", "MECHSANDBOX_POOL_SIZE": str(POOL), "MECHSANDBOX_TRAIN_MAX_STEPS": "1000"}
     with ExitStack() as stack:
         ours = stack.enter_context(LocalServer(env=env))
         floors = {} if args.throughput_only else {name: Floor(name) for name in ("plain_echo", "openenv_echo")}
@@ -185,11 +198,17 @@ def main() -> None:
             else:
                 ws, http = asyncio.run(ws_latency(url, args.n, real)), http_latency(url, args.n, real)
                 bursts = asyncio.run(burst(url)) if real else []
-            tput = {k: asyncio.run(throughput(url, k, args.steps, 10**9)) for k in sessions}
+            tput = {}
+            for k in sessions:
+                if real:
+                    settle(url, POOL)
+                tput[k] = asyncio.run(throughput(url, k, args.steps, 10**9))
             rows[name] = {"ws": ws, "http": http, "burst": bursts, "tput": tput}
             if real:  # the same with a reset every BUDGET steps, as the family budget (10) forces by default
-                rows[name]["tput_budget"] = {k: asyncio.run(throughput(url, k, args.steps, BUDGET + 1))
-                                             for k in sessions}  # fmt: skip
+                rows[name]["tput_budget"] = {}
+                for k in sessions:
+                    settle(url, POOL)
+                    rows[name]["tput_budget"][k] = asyncio.run(throughput(url, k, args.steps, BUDGET + 1))
     print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; n={args.n}, steps/session={args.steps}")
     for name, row in rows.items():
         print(f"\n== {name}")

@@ -416,7 +416,7 @@ class Service:
             "isolation_active": status["active"],
             "landlock_abi": status["landlock_abi"],
             "sessions": {"http": self.http_count(), "websocket": self.ws_count(), "cap": self.settings.session_cap},
-            "workers": {"warm": status["warm_workers"], "live": status["workers"]},
+            "workers": {"warm": status["warm_workers"], "live": status["workers"], "loading": status["loads_behind"]},
             "memory_kills": status["memory_kills"],
             "zygote_restarts": status["zygote_restarts"],
             "benchmark_version": BENCHMARK_VERSION,

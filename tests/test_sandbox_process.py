@@ -416,3 +416,29 @@ def test_closing_a_session_whose_load_is_behind_does_not_wait_and_frees_its_work
     wait_until(lambda: _busy_workers(pool) == 0, 30)
     with pytest.raises(SandboxUnavailable, match="closed"):
         session.run("print(1)")
+
+
+def test_past_the_bound_on_loads_behind_a_session_loads_before_it_returns(pool, payload) -> None:
+    """A client that resets in a loop must not pile up loads (and the spawns they need) without limit: past
+    ``max_loads_behind`` loads under way, opening a session behind waits for its own load, as before."""
+    saved = pool.max_loads_behind
+    pool.max_loads_behind = 1
+    opened: list = []
+    try:
+        with pool.lock:
+            opened.append(_opened_behind(pool, payload))  # takes the one place; its load waits for the pool's lock
+            assert pool.status()["loads_behind"] == 1
+            second = threading.Thread(target=lambda: opened.append(pool.open_session(payload, behind=True)))
+            second.daemon = True
+            second.start()
+            second.join(0.5)
+            assert len(opened) == 1  # loading before it returns, so it waits for the pool's lock too
+        second.join(60)
+        first, late = opened
+        assert not late.loading and late.worker is not None
+        wait_until(lambda: pool.status()["loads_behind"] == 0, 30)
+        assert first.run("print(4)").stdout == "4\n" and late.run("print(5)").stdout == "5\n"
+    finally:
+        pool.max_loads_behind = saved
+        for session in opened:
+            session.close()

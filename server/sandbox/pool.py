@@ -49,6 +49,11 @@ ZYGOTE_START_TIMEOUT = 120.0
 # (it waits on its socket; a snippet that leaves threads behind retires the worker): CPU between requests is code the
 # wall-clock limit no longer covers, e.g. an escaped worker that forged its reply and kept running.
 IDLE_CPU_SECONDS = 1.0
+# Loads under way behind resets at once (``SandboxSession``); past it a reset loads before it answers. Why a bound: a
+# reset that does not wait for its load gives a client that resets in a loop no back-pressure, so its loads (and the
+# spawns they need) would pile up without limit and could take every worker slot; 8 sessions playing at RL speed keep
+# a few under way.
+MAX_LOADS_BEHIND = 16
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -420,6 +425,21 @@ class SandboxPool:
         self.zygote_restarts = 0
         self.threads: list[threading.Thread] = []
         self.pids_cgroup: jail.PidsCgroup | None = None
+        self.max_loads_behind = MAX_LOADS_BEHIND
+        self.loads_behind = 0  # under way now; guarded by behind_lock (not ``lock``: a load takes that)
+        self.behind_lock = threading.Lock()
+
+    def claim_load_behind(self) -> bool:
+        """One of ``max_loads_behind`` places for a load behind a reset, or False when all are taken."""
+        with self.behind_lock:
+            if self.loads_behind >= self.max_loads_behind:
+                return False
+            self.loads_behind += 1
+            return True
+
+    def end_load_behind(self) -> None:
+        with self.behind_lock:
+            self.loads_behind -= 1
 
     # --- life cycle ----------------------------------------------------------------------------
 
@@ -479,6 +499,7 @@ class SandboxPool:
             "pids_cgroup": self.isolation.get("pids_cgroup"),
             "warm_workers": len(self.warm),
             "workers": len(self.workers),
+            "loads_behind": self.loads_behind,
             "memory_kills": self.memory_kills,
             "idle_cpu_kills": self.idle_cpu_kills,
             "zygote_restarts": self.zygote_restarts,
@@ -633,7 +654,8 @@ class SandboxSession:
     the instance to answer (its prompt and schema); the load (5-13 ms idle, several times that while 8 sessions
     compute, and a spawn when no warm worker is left) then overlaps the client's own work, an agent's first generation
     in an RL loop (docs/PERFORMANCE.md, "Resets that load behind"). A load that fails behind is tried again by the
-    first use, which reports it (``SandboxUnavailable``) if it fails again.
+    first use, which reports it (``SandboxUnavailable``) if it fails again. At most ``MAX_LOADS_BEHIND`` are under way
+    at once; past that a reset loads before it answers, as a counted episode's always does (``Service``).
     """
 
     def __init__(self, pool: SandboxPool, payload: ModelPayload, behind: bool = False):
@@ -644,7 +666,7 @@ class SandboxSession:
         self.closed = False
         self.loading = False  # a load behind is under way; with ``closed``, guarded by ``_state``
         self._state = threading.Lock()
-        if not behind:
+        if not (behind and pool.claim_load_behind()):  # past MAX_LOADS_BEHIND a reset waits for its load
             self._ensure_worker()
             return
         self.lock.acquire()  # released by the loading thread (a Lock may be released by any thread)
@@ -653,6 +675,7 @@ class SandboxSession:
             threading.Thread(target=self._load_behind, name="sandbox-load", daemon=True).start()
         except RuntimeError:  # no thread to be had: load here instead
             self.loading = False
+            pool.end_load_behind()
             try:
                 self._ensure_worker()
             finally:
@@ -672,6 +695,7 @@ class SandboxSession:
                 closed = self.closed
             if closed:  # closed during the load, which left the worker to this thread
                 self._drop_worker_on_close()
+            self.pool.end_load_behind()
             self.lock.release()
 
     def _ensure_worker(self) -> bool:
