@@ -262,7 +262,7 @@ class Service:
                 if not full:
                     self.http[episode.episode_id] = episode
                     self.owners[episode.episode_id] = client
-            if full:  # closed outside the lock: closing waits for a load still under way behind
+            if full:  # closed outside the service's lock, as everywhere else
                 episode.close()
                 raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
         return episode

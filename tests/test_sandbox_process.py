@@ -381,6 +381,7 @@ def test_a_session_loaded_behind_returns_before_its_worker_and_its_first_snippet
     finally:
         session.close()
     assert session.worker is None
+    wait_until(lambda: _busy_workers(pool) == 0, 15)  # one worker was taken, and it is back: no second load raced it
 
 
 def test_a_load_that_fails_behind_is_tried_again_by_the_first_use(payload, caplog) -> None:
@@ -390,6 +391,7 @@ def test_a_load_that_fails_behind_is_tried_again_by_the_first_use(payload, caplo
         holder = pool.open_session(payload)
         late = pool.open_session(payload, behind=True)
         try:
+            wait_until(lambda: not late.lock.locked(), 30)  # the load behind ended (a bound, not a hang, if it did not)
             with pytest.raises(SandboxUnavailable, match="all 1 sandbox workers are in use"):
                 late.run("print(1)")
             assert "could not be loaded ahead of its first use" in caplog.text
@@ -436,7 +438,7 @@ def test_past_the_bound_on_loads_behind_a_session_loads_before_it_returns(pool, 
         second.join(60)
         first, late = opened
         assert not late.loading and late.worker is not None
-        wait_until(lambda: pool.status()["loads_behind"] == 0, 30)
+        wait_until(lambda: pool.status()["loads_behind"] == 0 and not first.lock.locked(), 30)
         assert first.run("print(4)").stdout == "4\n" and late.run("print(5)").stdout == "5\n"
     finally:
         pool.max_loads_behind = saved

@@ -673,10 +673,12 @@ class SandboxSession:
         self.loading = True
         try:
             threading.Thread(target=self._load_behind, name="sandbox-load", daemon=True).start()
-        except RuntimeError:  # no thread to be had: load here instead
+        except BaseException as exc:  # no thread to be had (RuntimeError): load here instead; anything else: raise
             self.loading = False
             pool.end_load_behind()
             try:
+                if not isinstance(exc, RuntimeError):
+                    raise
                 self._ensure_worker()
             finally:
                 self.lock.release()
@@ -693,10 +695,14 @@ class SandboxSession:
             with self._state:
                 self.loading = False
                 closed = self.closed
-            if closed:  # closed during the load, which left the worker to this thread
-                self._drop_worker_on_close()
-            self.pool.end_load_behind()
-            self.lock.release()
+            try:
+                if closed:  # closed during the load, which left the worker to this thread
+                    self._drop_worker_on_close()
+            finally:
+                try:
+                    self.pool.end_load_behind()
+                finally:
+                    self.lock.release()
 
     def _ensure_worker(self) -> bool:
         """Give the session a loaded worker; True when a previous one was lost (namespace reset)."""
@@ -709,6 +715,9 @@ class SandboxSession:
             self.pool.release(self.worker, self.worker.dead_reason or "lost")
             self.resets += 1
         worker = self.pool.take_worker()
+        if self.closed:  # closed while a load behind waited for its worker: no model for a session nobody uses
+            self.pool.release(worker, "its session was closed")
+            raise SandboxUnavailable("this sandbox session is closed")
         try:
             payload = self.payload
             fd = payload.reader()  # the sealed file goes as a read-only descriptor of its own
