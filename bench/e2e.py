@@ -171,6 +171,13 @@ async def throughput(url: str, sessions: int, steps: int, budget: int) -> float:
     return sessions * steps / (max(done) - start)
 
 
+def settled_throughput(url: str, real: bool, sessions: int, steps: int, budget: int) -> float:
+    """``throughput``, on our server after it has settled (``settle``); a floor has nothing to settle."""
+    if real:
+        settle(url, POOL)
+    return asyncio.run(throughput(url, sessions, steps, budget))
+
+
 def main() -> None:
     if sys.argv[1:2] == ["--rl"]:
         import rl_load  # bench/ is the script's directory, first on sys.path
@@ -198,17 +205,11 @@ def main() -> None:
             else:
                 ws, http = asyncio.run(ws_latency(url, args.n, real)), http_latency(url, args.n, real)
                 bursts = asyncio.run(burst(url)) if real else []
-            tput = {}
-            for k in sessions:
-                if real:
-                    settle(url, POOL)
-                tput[k] = asyncio.run(throughput(url, k, args.steps, 10**9))
+            tput = {k: settled_throughput(url, real, k, args.steps, 10**9) for k in sessions}
             rows[name] = {"ws": ws, "http": http, "burst": bursts, "tput": tput}
             if real:  # the same with a reset every BUDGET steps, as the family budget (10) forces by default
-                rows[name]["tput_budget"] = {}
-                for k in sessions:
-                    settle(url, POOL)
-                    rows[name]["tput_budget"][k] = asyncio.run(throughput(url, k, args.steps, BUDGET + 1))
+                rows[name]["tput_budget"] = {k: settled_throughput(url, real, k, args.steps, BUDGET + 1)
+                                             for k in sessions}  # fmt: skip
     print(f"machine: {os.cpu_count()} cores; python {sys.version.split()[0]}; n={args.n}, steps/session={args.steps}")
     for name, row in rows.items():
         print(f"\n== {name}")

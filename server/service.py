@@ -236,7 +236,7 @@ class Service:
         episode.recorder = self.runs.finish
         return episode
 
-    def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL, behind: bool = True) -> Episode:
+    def _new_episode(self, ref: InstanceRef, transport: str, client: Client = LOCAL, *, behind: bool) -> Episode:
         """The episode and its sandbox session. Loaded ``behind`` (docs/SANDBOX.md) unless it is a run's episode: an
         attempt is claimed at reset, so a counted episode's reset must fail (and claim nothing) when no worker can
         take its model, not a first step after the claim."""

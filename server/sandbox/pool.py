@@ -666,22 +666,26 @@ class SandboxSession:
         self.closed = False
         self.loading = False  # a load behind is under way; with ``closed``, guarded by ``_state``
         self._state = threading.Lock()
-        if not (behind and pool.claim_load_behind()):  # past MAX_LOADS_BEHIND a reset waits for its load
-            self._ensure_worker()
-            return
+        if behind and pool.claim_load_behind():  # past MAX_LOADS_BEHIND a reset waits for its load
+            try:
+                self._start_load_behind()
+                return
+            except RuntimeError:  # no thread to be had: load here instead
+                pass
+        self._ensure_worker()
+
+    def _start_load_behind(self) -> None:
+        """Start the loading thread, which holds ``lock`` and the pool's claim until the load ends; if it cannot start,
+        both are given back before the error goes on."""
         self.lock.acquire()  # released by the loading thread (a Lock may be released by any thread)
         self.loading = True
         try:
             threading.Thread(target=self._load_behind, name="sandbox-load", daemon=True).start()
-        except BaseException as exc:  # no thread to be had (RuntimeError): load here instead; anything else: raise
+        except BaseException:
             self.loading = False
-            pool.end_load_behind()
-            try:
-                if not isinstance(exc, RuntimeError):
-                    raise
-                self._ensure_worker()
-            finally:
-                self.lock.release()
+            self.pool.end_load_behind()
+            self.lock.release()
+            raise
 
     def _load_behind(self) -> None:
         try:
