@@ -62,11 +62,13 @@ class SandboxUnavailable(RuntimeError):
 
 
 class WorkerLost(Exception):
-    """The worker died or was killed; ``reason`` says why in words for the agent."""
+    """The worker died or was killed; ``reason`` says why in words for the agent, ``server_fault`` whether the loss
+    was the server's doing rather than the snippet's (``Worker.kill``)."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, server_fault: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.server_fault = server_fault
 
 
 def scrubbed_environment() -> dict[str, str]:
@@ -169,6 +171,7 @@ class Worker:
         self.pidfd_lock = threading.Lock()  # the watchdog polls the pidfd while a session may close it
         self.isolation: dict[str, str] = {}
         self.dead_reason: str | None = None
+        self.server_fault = False  # with ``dead_reason``: the loss was the server's doing, not the snippet's (``kill``)
         self.seq = 0
         # between requests the watchdog compares the worker's CPU time with what it read at its first look at this
         # idle spell (``idle_mark``: the request count and the CPU seconds then); the count tells it whether a
@@ -220,7 +223,7 @@ class Worker:
         """Send one numbered request and return its validated reply; any doubt about the reply loses the worker.
         The whole reply must arrive within ``timeout`` of the request (a deadline, not a timeout per read)."""
         if not self.alive:
-            raise WorkerLost(self.dead_reason or "the worker is gone")
+            raise WorkerLost(self.dead_reason or "the worker is gone", self.server_fault)
         with self.state_lock:
             self.busy = True
             self.requests += 1
@@ -257,7 +260,7 @@ class Worker:
             self.kill("the worker sent an invalid reply and was replaced")
         except (FrameError, OSError):
             self.kill("the worker process died (crash or forced exit)")
-        raise WorkerLost(self.dead_reason or "the worker is gone")
+        raise WorkerLost(self.dead_reason or "the worker is gone", self.server_fault)
 
     def _spoke_out_of_turn(self) -> bool:
         """True when bytes are already waiting: an honest worker only ever answers a request."""
@@ -267,9 +270,15 @@ class Worker:
         except BlockingIOError:
             return False
 
-    def kill(self, reason: str) -> None:
-        """SIGKILL through the pidfd, then whatever is left in the slot's pids cgroup; close the socket."""
+    def kill(self, reason: str, *, server_fault: bool = False) -> None:
+        """SIGKILL through the pidfd, then whatever is left in the slot's pids cgroup; close the socket.
+
+        ``server_fault``: the worker is lost for a reason that is not its snippet's (the server shuts down, the zygote
+        died, or the memory watchdog kills it while it is within its guarantee: the pool admitted more sessions than
+        it can hold, see docs/SANDBOX.md, "Whose fault a lost worker is"). The first kill's reason and fault stand;
+        both are recorded before the signal, so a request that sees the worker die reads them (``RunResult``)."""
         if self.dead_reason is None:
+            self.server_fault = server_fault
             self.dead_reason = reason
         with self.pidfd_lock:
             if self.pidfd is not None:
@@ -401,6 +410,9 @@ class RunResult:
     namespace_reset: bool = False
     seconds: float = 0.0
     notice: str | None = None  # e.g. why the namespace was reset before this snippet ran
+    # True when the worker was lost during this snippet for a reason that is not the snippet's (``Worker.kill``): the
+    # episode layer does not charge such a step. False for the snippet's own limits and crashes.
+    server_fault: bool = False
 
 
 class SandboxPool:
@@ -761,7 +773,8 @@ class SandboxSession:
                 reply = self.worker.request(message, wall, self.pool.settings)
             except WorkerLost as exc:
                 self._drop_worker()
-                return RunResult(stdout="", error=f"{exc.reason}; namespace reset", namespace_reset=True)
+                error = f"{exc.reason}; namespace reset"
+                return RunResult(stdout="", error=error, namespace_reset=True, server_fault=exc.server_fault)
         return RunResult(
             stdout=str(reply.get("stdout", "")),
             error=reply.get("error"),
