@@ -3,6 +3,10 @@
 An agent sees observations as plain dicts (the wire fields of docs/CONTRACT.md) and answers with an action
 dict (exactly one of ``python_code``, ``solution_target``, ``solution_from``), or with a ``Turn`` that
 carries no action (a reply the agent could not use: it costs a turn and is logged, nothing is sent).
+
+An episode the infrastructure lost (the server, its sandbox or database, a full or draining server, the
+connection) is a named outcome, not a score: its record carries ``infra_error`` and no score, and every harness
+leaves it out of its means (docs/CONTRACT.md, "Harnesses and infrastructure errors").
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..models import MechSandboxAction
-from ..protocol import clip
+from ..protocol import InfrastructureError, clip
 
 OUTPUT_KEEP = 4000  # characters of each observation kept in a trajectory
 
@@ -56,6 +60,25 @@ class StepLog:
     output: str = ""
 
 
+def infrastructure_failure(exc: BaseException, started: bool) -> InfrastructureError | None:
+    """``exc`` as an infrastructure failure, or None when it is the agent's or the client's own mistake.
+
+    The typed client raises ``InfrastructureError`` itself; a transport failure that reaches a harness any other way
+    (a connection refused or dropped, a message timeout: ``OSError``, which ``ConnectionError`` and ``TimeoutError``
+    are, or a closed WebSocket) is the connection's side. ``started`` (whether the reset had answered) is kept when
+    either side says the episode had started: a harness must never replay an attempt a counted run may have seen.
+    """
+    if isinstance(exc, InfrastructureError):
+        if started and not exc.started:
+            exc.started = True
+        return exc
+    from websockets.exceptions import ConnectionClosed
+
+    if isinstance(exc, (OSError, ConnectionClosed)):
+        return InfrastructureError("connection", f"{type(exc).__name__}: {exc}", started=started)
+    return None
+
+
 @dataclass
 class EpisodeRecord:
     task_id: str
@@ -63,14 +86,27 @@ class EpisodeRecord:
     split: str
     instance_id: str = ""
     family_version: str = ""
-    score: float = 0.01
+    score: float | None = 0.01  # None only for an episode the infrastructure lost (``infra_error``)
     steps: list[StepLog] = field(default_factory=list)
     seconds: float = 0.0
-    error: str | None = None
+    error: str | None = None  # the agent's or client's own failure (still scored: the floor)
+    infra_error: dict[str, Any] | None = None  # {"side", "message", "started"}: lost by the infrastructure, no score
+    attempts: int = 1  # how many times a harness played it (a retried infrastructure failure counts once)
 
     @property
     def rewards(self) -> list[float]:
         return [s.reward for s in self.steps] or [0.01]
+
+    @property
+    def graded(self) -> bool:
+        """Whether the episode has a score that belongs in a mean (it was not lost by the infrastructure)."""
+        return self.infra_error is None
+
+    def lost_to(self, failure: InfrastructureError) -> EpisodeRecord:
+        """Mark the record as lost by the infrastructure: no score, the failure's side and message kept."""
+        self.score = None
+        self.infra_error = {"side": failure.side, "message": str(failure), "started": failure.started}
+        return self
 
     def result_row(self) -> dict[str, Any]:
         return {
@@ -84,6 +120,8 @@ class EpisodeRecord:
             "rewards": self.rewards,
             "seconds": round(self.seconds, 3),
             "error": self.error,
+            "infra_error": self.infra_error,
+            "attempts": self.attempts,
         }
 
     def trajectory(self) -> dict[str, Any]:
@@ -100,11 +138,36 @@ def play_episode(
 ) -> EpisodeRecord:
     """Reset ``env`` (a connected sync ``MechSandboxEnv``) and play until done, out of turns or time.
 
-    At the deadline, or at the last turn the budget allows, the agent's fallback answer is submitted.
+    At the deadline, or at the last turn the budget allows, the agent's fallback answer is submitted. A failure of
+    the infrastructure (``infrastructure_failure``) ends the episode as a record with ``infra_error`` and no score,
+    whose ``started`` says whether the reset had answered (the harness decides whether to play it again); any other
+    exception is raised.
     """
     started = time.monotonic()
     record = EpisodeRecord(reset.get("task_id", ""), reset.get("level", "easy"), reset.get("split", "train"))
-    result = env.reset(**reset)
+    try:
+        _play(agent, env, reset, record, deadline, max_turns, on_step)
+    except InfrastructureError as failure:
+        record.lost_to(failure)
+    record.seconds = time.monotonic() - started
+    return record
+
+
+def _on_env(call: Callable[[], Any], started: bool) -> Any:
+    """``call()`` (one message to the server), with a transport failure raised as ``InfrastructureError``: only the
+    env's calls are classified, so an agent's own exception is never taken for the infrastructure's."""
+    try:
+        return call()
+    except Exception as exc:
+        failure = infrastructure_failure(exc, started)
+        if failure is None or failure is exc:
+            raise
+        raise failure from exc
+
+
+def _play(agent: Agent, env: Any, reset: dict[str, Any], record: EpisodeRecord, deadline: float | None,
+          max_turns: int | None, on_step: Callable[[StepLog], None] | None) -> None:  # fmt: skip
+    result = _on_env(lambda: env.reset(**reset), started=False)
     obs = result.observation.model_dump()
     record.instance_id, record.family_version = obs["instance_id"], obs.get("family_version") or ""
     record.task_id, record.level = obs["task_id"], obs["level"]
@@ -122,7 +185,8 @@ def play_episode(
             if on_step:
                 on_step(log)
             continue
-        result = env.step(MechSandboxAction(**turn.action))
+        action = MechSandboxAction(**turn.action)
+        result = _on_env(lambda a=action: env.step(a), started=True)
         obs = result.observation.model_dump()
         done = bool(result.done)
         log = StepLog(turns, turn.action, float(result.reward or 0.01), done, obs.get("error"),
@@ -132,5 +196,3 @@ def play_episode(
             on_step(log)
         if done:
             record.score = float(obs.get("score") or result.reward or 0.01)
-    record.seconds = time.monotonic() - started
-    return record

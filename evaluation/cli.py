@@ -1,4 +1,9 @@
-"""``mechsandbox eval``: argument handling around the harness and the report."""
+"""``mechsandbox eval``: argument handling around the harness and the report.
+
+Exit status: 0 when every episode was graded, 1 when some remain lost to the infrastructure after the retries (the
+run's means are then over fewer episodes than planned: the final line and ``summary.json`` say how many), 2 for
+a run that could not start (bad arguments, servers that disagree, a run that could not be registered).
+"""
 
 from __future__ import annotations
 
@@ -13,9 +18,9 @@ from ..agents import LLMAgent, RandomAgent, ScriptedAgent
 from ..agents.llm import client_from_env
 from ..submission import register_run, server_scoring
 from .compare import compare_refusal, instance_keys
-from .harness import Plan, parse_levels, parse_seeds, parse_tasks, run_info, run_plan
+from .harness import RETRIES, Plan, parse_levels, parse_seeds, parse_tasks, run_info, run_plan
 from .local_server import LocalServer
-from .report import interval_text, write_all
+from .report import infrastructure_line, interval_text, write_all
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -76,11 +81,19 @@ def run_eval(args: argparse.Namespace) -> int:
             if error:
                 print(f"mechsandbox eval: could not register a run: {error}", file=sys.stderr)
                 return 2
-        records = run_plan(plan, urls, make, concurrency=args.concurrency)
+        retries = getattr(args, "retries", RETRIES)
+        if retries < 0:
+            print("mechsandbox eval: --retries must be 0 or more", file=sys.stderr)
+            return 2
+        records = run_plan(plan, urls, make, concurrency=args.concurrency, retries=retries)
     info["instance_ids"] = sorted(r.instance_id for r in records if r.instance_id)
     summary = write_all(out, records, info, {data["run"].get("agent", k): data for k, data in baselines.items()})
-    o = summary["overall"]
-    print(f"{o['episodes']} episodes, mean score {interval_text(o)} (95% interval); report in {out}")
+    o, lost = summary["overall"], summary["infrastructure_errors"]
+    print(f"{o['episodes']} episodes, mean score {interval_text(o)} (95% interval); {lost} infrastructure "
+          f"error{'s' if lost != 1 else ''}; report in {out}")  # fmt: skip
+    if lost:
+        print(f"mechsandbox eval: {infrastructure_line(summary)} (after {retries} retries where safe)", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -45,7 +45,9 @@ def _figure(width: float, height: float) -> Any:
 def _title(summary: Mapping[str, Any]) -> str:
     run = summary.get("run", {})
     who = str(run.get("agent") or "agent") + (f" ({run['model']})" if run.get("model") else "")
-    return f"MechSandbox: {who}, split {run.get('split', '?')}, {summary['overall']['episodes']} episodes"
+    lost = summary.get("infrastructure_errors", 0)
+    tail = f" (+{lost} lost to the infrastructure, in no mean)" if lost else ""
+    return f"MechSandbox: {who}, split {run.get('split', '?')}, {summary['overall']['episodes']} episodes{tail}"
 
 
 def _bars(ax: Any, entries: list[tuple[str, Mapping[str, Any]]], colour: str,
@@ -133,7 +135,7 @@ def steps_figure(summary: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) 
     solved: dict[str, list[int]] = {f: [] for f in families}
     total = dict.fromkeys(families, 0)
     for row in rows:
-        if row["task_id"] in total:
+        if row["task_id"] in total and not row.get("infra_error"):  # a lost episode was neither solved nor not
             total[row["task_id"]] += 1
             if row["score"] >= SOLVED_SCORE:
                 solved[row["task_id"]].append(int(row["steps"]))
@@ -184,8 +186,11 @@ def draw(name: str, summary: Mapping[str, Any], rows: Iterable[Mapping[str, Any]
 
 def write_figures(summary: Mapping[str, Any], rows: list[Mapping[str, Any]], out: Path,
                   baselines: Mapping[str, Mapping[str, Any]] | None = None) -> list[Path]:  # fmt: skip
-    """scores, levels and steps as SVG and 200-dpi PNG in ``out``; returns the paths written."""
-    written = []
+    """scores, levels and steps as SVG and 200-dpi PNG in ``out``; returns the paths written (none when no episode
+    was graded: every one was lost to the infrastructure, and there is no score to draw)."""
+    written: list[Path] = []
+    if not summary["tasks"]:
+        return written
     for name in NAMES:
         fig = draw(name, summary, rows, baselines)
         for fmt in FORMATS:

@@ -1,14 +1,23 @@
 """Run an agent over a plan of episodes, concurrently, against a MechSandbox server.
 
 Each episode gets its own WebSocket client (one server session), so episodes never share a
-namespace. A failed episode (server gone, protocol error) is recorded with the floor score and its
-error, and the run goes on. Everything the agent sees goes through the public API.
+namespace. Everything the agent sees goes through the public API.
+
+How an episode can fail, and what the harness records:
+- the agent's or the client's own mistake (a protocol error, a refused reset): the floor score and its error;
+- the infrastructure (``InfrastructureError``: the server, its sandbox or database, a full or draining server, a
+  connection that could not be made or was lost): played again where that is safe, with a short backoff: on the
+  train split always (a fresh reset), on the test split only when the reset itself failed (the server claimed
+  nothing, so a counted run loses no attempt). What still fails is recorded as an infrastructure error with no
+  score, left out of every mean and counted in the summary (docs/CONTRACT.md, "Harnesses and infrastructure
+  errors").
 """
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -17,6 +26,7 @@ from typing import Any
 
 from .. import BENCHMARK_VERSION
 from ..agents import Agent, EpisodeRecord, play_episode
+from ..agents.base import infrastructure_failure
 from ..catalogue import local_catalogue, select_tasks
 from ..client import MechSandboxEnv
 from ..tasks import LEVELS
@@ -72,6 +82,36 @@ def git_commit() -> str:
         return "unknown"
 
 
+RETRIES = 2  # how many more times an episode the infrastructure lost is played, where that is safe
+BACKOFF_S = 2.0  # the wait before the first retry; doubled before each next one
+
+
+def may_retry(record: EpisodeRecord) -> bool:
+    """Whether an episode the infrastructure lost may be played again: on train, always (a fresh reset of the same
+    seed); on test, only when the reset itself failed, before the agent's first observation (the server voided the
+    attempt). A test episode lost mid-way is recorded, never replayed: a counted run gets no second try."""
+    if record.infra_error is None:
+        return False
+    return record.split != "test" or not record.infra_error["started"]
+
+
+def play_once(url: str, reset: dict[str, Any], agent: Agent, message_timeout_s: float) -> EpisodeRecord:
+    """One attempt at ``reset`` in a session of its own; never raises (a failure is in the record)."""
+    record = None
+    try:
+        with MechSandboxEnv(base_url=url, message_timeout_s=message_timeout_s).sync() as env:
+            record = play_episode(agent, env, reset)
+    except Exception as exc:
+        if record is not None:  # the episode had ended; only closing the connection failed
+            return record
+        record = EpisodeRecord(reset["task_id"], reset["level"], reset["split"])
+        failure = infrastructure_failure(exc, started=False)  # no reset had answered: connecting failed
+        if failure is not None:
+            return record.lost_to(failure)
+        record.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return record
+
+
 def run_plan(
     plan: Plan,
     url: str | Sequence[str],
@@ -79,22 +119,26 @@ def run_plan(
     concurrency: int = 4,
     progress: bool = True,
     message_timeout_s: float = 300.0,
+    retries: int = RETRIES,
+    backoff_s: float = BACKOFF_S,
 ) -> list[EpisodeRecord]:
     """Play every planned reset, ``concurrency`` at a time; with several URLs, episode ``i`` goes to
-    ``url[i % len(url)]`` (servers side by side; one load balancer is one URL)."""
+    ``url[i % len(url)]`` (servers side by side; one load balancer is one URL). An episode the infrastructure lost
+    is played up to ``retries`` more times where ``may_retry`` allows; its record is the last attempt's (an episode
+    counts once however often it was played), with ``attempts`` saying how many there were."""
     from tqdm import tqdm
 
     urls = [url] if isinstance(url, str) else list(url)
 
     def one(i: int) -> EpisodeRecord:
-        reset = plan.resets[i]
-        try:
-            with MechSandboxEnv(base_url=urls[i % len(urls)], message_timeout_s=message_timeout_s).sync() as env:
-                return play_episode(make_agent(i), env, reset)
-        except Exception as exc:
-            record = EpisodeRecord(reset["task_id"], reset["level"], reset["split"])
-            record.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-            return record
+        attempt = 0
+        while True:
+            record = play_once(urls[i % len(urls)], plan.resets[i], make_agent(i), message_timeout_s)
+            record.attempts = attempt + 1
+            if attempt >= retries or not may_retry(record):
+                return record
+            time.sleep(backoff_s * 2**attempt)
+            attempt += 1
 
     records: list[EpisodeRecord] = [None] * len(plan.resets)  # type: ignore[list-item]
     with (

@@ -6,6 +6,11 @@ viewer (``mechsandbox report``, ``/web/runs``) only read it. Each mean comes wit
 interval on the mean score (as the leaderboard's: conservative for scores in [0, 1], never zero-width at the 0.99 cap,
 wide at small n), and ``ci95``, the normal approximation's half-width (1.96 s / sqrt(n), 0 for one episode), kept for
 readers of older summaries.
+
+Episodes the infrastructure lost (a row with ``infra_error``, no score) are in no mean and no ``episodes`` count:
+every ``episodes`` is the n of its mean. They are counted apart, as ``infrastructure_errors`` (with
+``infrastructure_by_side`` and ``infrastructure_by_task``) at the top of ``summary.json``, in the first line of
+``summary.md`` and in the CLI's final line, so a run that lost episodes can never pass for a complete one.
 """
 
 from __future__ import annotations
@@ -37,9 +42,37 @@ def interval_text(entry: dict[str, Any]) -> str:
     return f"{entry['mean_score']:.3f} [{low:.3f}, {high:.3f}]"
 
 
+def is_infra(row: dict[str, Any]) -> bool:
+    """Whether a results row is an episode the infrastructure lost (no score; in no mean)."""
+    return bool(row.get("infra_error"))
+
+
+def infrastructure_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The infrastructure errors among ``rows``: their number, by side and by family (each dict sorted)."""
+    lost = [row for row in rows if is_infra(row)]
+    sides: dict[str, int] = defaultdict(int)
+    tasks: dict[str, int] = defaultdict(int)
+    for row in lost:
+        sides[str(row["infra_error"].get("side", "server"))] += 1
+        tasks[row["task_id"]] += 1
+    return {"infrastructure_errors": len(lost), "infrastructure_by_side": dict(sorted(sides.items())),
+            "infrastructure_by_task": dict(sorted(tasks.items()))}  # fmt: skip
+
+
+def infrastructure_line(summary: dict[str, Any]) -> str:
+    """The one line that says a run lost episodes to the infrastructure ("" when it lost none)."""
+    count = summary.get("infrastructure_errors", 0)
+    if not count:
+        return ""
+    sides = ", ".join(f"{side} {n}" for side, n in summary.get("infrastructure_by_side", {}).items())
+    return (f"{count} infrastructure error{'s' if count != 1 else ''} ({sides}): those episodes have no score and are "
+            f"in no mean; the means are over the {summary['overall']['episodes']} graded episodes")  # fmt: skip
+
+
 def summarise(rows: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]:
     by_task: dict[str, list[dict]] = defaultdict(list)
-    for row in rows:
+    graded = [row for row in rows if not is_infra(row)]
+    for row in graded:
         by_task[row["task_id"]].append(row)
     tasks = {}
     for task_id, items in by_task.items():
@@ -52,9 +85,9 @@ def summarise(rows: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]
         entry["family_version"] = items[0].get("family_version", "")
         entry["levels"] = levels
         tasks[task_id] = entry
-    overall = stats([r["score"] for r in rows], [r["steps"] for r in rows])
+    overall = stats([r["score"] for r in graded], [r["steps"] for r in graded])
     keys = ("mean_score", "interval95", "ci95", "episodes", "solved")
-    return {"tasks": tasks, "overall": {k: overall[k] for k in keys}, "run": run}
+    return {"tasks": tasks, "overall": {k: overall[k] for k in keys}, **infrastructure_counts(rows), "run": run}
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -63,6 +96,7 @@ def markdown(summary: dict[str, Any]) -> str:
     lines = [
         f"# MechSandbox results: {run.get('agent')}" + (f" ({run['model']})" if run.get("model") else ""),
         "",
+        *([f"**{infrastructure_line(summary)}**", ""] if infrastructure_line(summary) else []),
         f"benchmark {run.get('benchmark_version')} · split {run.get('split')} · commit {run.get('git_commit', '')[:10]}"
         f" · prompt {run.get('prompt_version') or '-'} · temperature {run.get('temperature', '-')}",
         "",

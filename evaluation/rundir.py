@@ -82,8 +82,9 @@ def load_run(path: str | Path) -> RunDir:
         if not isinstance(row, dict) or any(key not in row for key in ROW_FIELDS):
             raise RunDirError(f"{results}: line {number} lacks one of {', '.join(ROW_FIELDS)}")
         if not _valid_row(row):
-            raise RunDirError(f"{results}: line {number} has a score outside [0, 1], a negative or non-integer step "
-                              "count, or a task or level that is not text")  # fmt: skip
+            raise RunDirError(f"{results}: line {number} has a score outside [0, 1] (or a score beside an "
+                              "infrastructure error), a negative or non-integer step count, or a task or level that "
+                              "is not text")  # fmt: skip
         rows.append(row)
     if not rows:
         raise RunDirError(f"{folder}: the run has no episodes; nothing to report")
@@ -91,8 +92,8 @@ def load_run(path: str | Path) -> RunDir:
     recomputed = summarise(rows, run)
     if "interval95" not in summary["overall"]:  # written before intervals were Wilson's: recompute, same code
         return RunDir(folder, recomputed, rows)
-    for key in ("tasks", "overall"):
-        if summary[key] != recomputed[key]:
+    for key in ("tasks", "overall", "infrastructure_errors"):
+        if summary.get(key, 0) != recomputed[key]:
             raise RunDirError(f"{folder}: summary.json's {key} disagree with results.jsonl (edited or cut short?); "
                               "`mechsandbox eval` writes both together")  # fmt: skip
     return RunDir(folder, {**summary, "run": run}, rows)
@@ -101,6 +102,9 @@ def load_run(path: str | Path) -> RunDir:
 def _valid_row(row: dict[str, Any]) -> bool:
     score, steps = row["score"], row["steps"]
     numeric = isinstance(score, (int, float)) and not isinstance(score, bool) and 0.0 <= score <= 1.0
+    lost = row.get("infra_error")
+    if lost is not None:  # lost to the infrastructure: no score, and the side that failed named
+        numeric = score is None and isinstance(lost, dict) and isinstance(lost.get("side"), str)
     counted = isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0
     return numeric and counted and isinstance(row["task_id"], str) and isinstance(row["level"], str)
 

@@ -2,19 +2,27 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
+from mechsandbox.agents import ScriptedAgent
 from mechsandbox.cli import main as cli_main
+from mechsandbox.evaluation import cli as eval_cli
+from mechsandbox.evaluation.harness import Plan, run_plan
 from mechsandbox.evaluation.report import markdown, summarise
 from mechsandbox.results import wilson_interval
-from server_harness import running_server
+from server_harness import RunningServer, running_server
 
 CLI = [sys.executable, "-m", "mechsandbox.cli", "eval"]
-ROW_KEYS = {"task_id", "family_version", "level", "split", "instance_id", "score", "steps", "rewards", "seconds"}
+ROW_KEYS = {"task_id", "family_version", "level", "split", "instance_id", "score", "steps", "rewards", "seconds",
+            "error", "infra_error", "attempts"}
+INFRA_KEYS = {"infrastructure_errors", "infrastructure_by_side", "infrastructure_by_task"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +42,7 @@ def runs(server, tmp_path_factory) -> dict[str, Path]:
             cmd += ["--compare", str(out["scripted"])]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]
-        assert "episodes, mean score" in done.stdout
+        assert "episodes, mean score" in done.stdout and "; 0 infrastructure errors;" in done.stdout
         out[agent] = path
     return out
 
@@ -48,7 +56,7 @@ def test_output_files_have_the_documented_shapes(runs) -> None:
     trajectory = json.loads(next((path / "trajectories").glob("*.json")).read_text())
     assert trajectory["turns"] and {"action", "reward", "output"} <= set(trajectory["turns"][0])
     summary = json.loads((path / "summary.json").read_text())
-    assert set(summary) == {"tasks", "overall", "run"}
+    assert set(summary) == {"tasks", "overall", "run", *INFRA_KEYS} and summary["infrastructure_errors"] == 0
     task = summary["tasks"]["fourier-frequencies"]
     assert set(task) >= {"mean_score", "interval95", "ci95", "episodes", "solved", "mean_steps", "levels", "family_version"}  # noqa: E501
     assert set(task["levels"]) == {"easy", "hard"} and task["levels"]["hard"]["episodes"] == 3
@@ -242,3 +250,105 @@ def test_a_summary_from_before_the_intervals_is_recomputed_by_the_same_code(tmp_
         entry.pop("interval95")
     run = load_run(_run_folder(tmp_path / "old", [ROW, {**ROW, "score": 0.01}], old))
     assert run.summary["overall"]["interval95"] == list(wilson_interval(0.5, 2))
+
+
+# -- infrastructure errors: a named outcome, never a score ----------------------------------------------------------
+
+
+class KillsTheServer(ScriptedAgent):
+    """The scripted agent, except that in the ``kill_in``-th episode it begins it kills the server (SIGKILL, as a
+    crash or an OOM kill would) before its first step: a real failure that is not the agent's, mid-episode.
+    ``then`` runs after the kill (a test may start a server again on the same port)."""
+
+    server: ClassVar[Any] = None
+    kill_in: ClassVar[int] = 0
+    begun: ClassVar[int] = 0
+    then: ClassVar[Any] = None
+
+    def begin(self, obs: dict[str, Any]) -> None:
+        super().begin(obs)
+        KillsTheServer.begun += 1
+        self.kills = KillsTheServer.begun == KillsTheServer.kill_in
+
+    def next_turn(self, obs: dict[str, Any]) -> Any:
+        if self.kills:
+            self.kills = False
+            KillsTheServer.server.process.kill()
+            KillsTheServer.server.process.wait(timeout=30)
+            if KillsTheServer.then is not None:
+                KillsTheServer.then()
+        return super().next_turn(obs)
+
+
+def eval_args(url: str, out: Path, **changes: Any) -> argparse.Namespace:
+    """``mechsandbox eval``'s arguments, as its parser makes them, for ``run_eval`` in this process."""
+    args = {"agent": "scripted", "tasks": "dead-neurons", "level": "easy", "split": "train", "seeds": None,
+            "episodes": 4, "url": [url], "concurrency": 1, "compare": [], "force_compare": False, "run": None,
+            "out": str(out), "retries": 1}  # fmt: skip
+    return argparse.Namespace(**{**args, **changes})
+
+
+def test_eval_over_a_server_killed_mid_run_counts_infrastructure_errors_apart(tmp_path, monkeypatch, capsys) -> None:
+    """The server dies in the third of four episodes: the two graded episodes make the mean (n = 2); the two it lost
+    (one mid-episode, one that could not connect) are infrastructure errors, retried and still lost, with no score,
+    counted in the final line, summary.json and the first line of summary.md; eval exits 1."""
+    monkeypatch.setattr(eval_cli, "ScriptedAgent", KillsTheServer)
+    with running_server(tmp_path) as doomed:
+        KillsTheServer.server, KillsTheServer.kill_in, KillsTheServer.begun, KillsTheServer.then = doomed, 3, 0, None
+        code = eval_cli.run_eval(eval_args(doomed.url, tmp_path / "out"))
+    out, err = capsys.readouterr()
+    assert code == 1, err[-2000:]
+    assert "2 episodes, mean score 0.9" in out and "; 2 infrastructure errors;" in out
+    assert "2 infrastructure errors (connection 2)" in err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [r["score"] is None for r in rows] == [False, False, True, True]
+    lost = rows[2]["infra_error"]
+    assert lost["side"] == "connection" and lost["message"].startswith("infrastructure error (connection): ")
+    assert [r["attempts"] for r in rows] == [1, 1, 2, 2]  # train: each lost episode played once more
+    assert all(r["error"] is None for r in rows)  # not the agent's failure
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["infrastructure_errors"] == 2 and summary["infrastructure_by_side"] == {"connection": 2}
+    assert summary["infrastructure_by_task"] == {"dead-neurons": 2}
+    assert summary["overall"]["episodes"] == 2 and summary["overall"]["mean_score"] >= 0.95
+    assert summary["tasks"]["dead-neurons"]["episodes"] == 2
+    first = (tmp_path / "out" / "summary.md").read_text().splitlines()[2]
+    assert "2 infrastructure errors" in first and "over the 2 graded episodes" in first
+    from mechsandbox.evaluation.rundir import load_run
+
+    assert load_run(tmp_path / "out").summary["infrastructure_errors"] == 2  # the report reads it back
+
+
+def test_a_retried_train_episode_that_then_succeeds_counts_once(tmp_path) -> None:
+    """The server dies mid-episode and comes back on the same address: the train episode is played again from a
+    fresh reset, graded, and is one row, once in the mean."""
+    doomed = RunningServer(env={"MECHSANDBOX_POOL_SIZE": "2"}, log_path=tmp_path / "first.log", startup_s=90)
+    again = RunningServer(env={"MECHSANDBOX_POOL_SIZE": "2"}, log_path=tmp_path / "again.log", startup_s=90)
+    again.port, again.url = doomed.port, doomed.url
+    starting = threading.Thread(target=again.start, daemon=True)
+    KillsTheServer.server, KillsTheServer.kill_in, KillsTheServer.begun = doomed, 1, 0
+    KillsTheServer.then = starting.start
+    plan = Plan(["dead-neurons"], ["easy"], "train", 1, range(5, 6))
+    try:
+        with doomed:
+            records = run_plan(plan, doomed.url, lambda i: KillsTheServer(), concurrency=1, progress=False,
+                               retries=4, backoff_s=2.0)  # fmt: skip
+    finally:
+        KillsTheServer.then = None
+        starting.join(timeout=120)
+        again.stop()
+    [record] = records
+    assert record.infra_error is None and record.error is None and record.attempts >= 2
+    assert record.score is not None and record.score >= 0.95 and record.instance_id == "train-dead-neurons-easy-5"
+    summary = summarise([r.result_row() for r in records], {"agent": "scripted"})
+    assert summary["overall"]["episodes"] == 1 and summary["infrastructure_errors"] == 0
+
+
+def test_summary_means_leave_out_infrastructure_errors() -> None:
+    graded = {"task_id": "t", "level": "easy", "score": 0.8, "steps": 2, "family_version": "1"}
+    lost = {**graded, "score": None, "infra_error": {"side": "sandbox", "message": "x", "started": True}}
+    summary = summarise([graded, lost, {**lost, "task_id": "u"}], {"agent": "x"})
+    assert summary["overall"]["episodes"] == 1 and summary["overall"]["mean_score"] == pytest.approx(0.8)
+    assert set(summary["tasks"]) == {"t"} and summary["tasks"]["t"]["episodes"] == 1  # u: no graded episode
+    assert summary["infrastructure_errors"] == 2 and summary["infrastructure_by_side"] == {"sandbox": 2}
+    assert summary["infrastructure_by_task"] == {"t": 1, "u": 1}
+    assert markdown(summary).splitlines()[2].startswith("**2 infrastructure errors (sandbox 2)")
