@@ -19,6 +19,14 @@ stdout carries only:
   [END] success=<true|false> steps=<n> score=<0.000> rewards=<r1,r2,...>
 Everything else goes to stderr. [END] is printed whatever happens; rewards is never empty.
 
+An episode the infrastructure lost (the server, its sandbox or database, a full or draining server, the connection)
+is played again where that is safe and nothing of it was printed yet (train: a fresh reset; test: only when the
+reset itself failed, so a counted run never gets a second try); one still lost ends with a [STEP] whose error is
+"infrastructure error (<side>): ..." and an [END] at the floor (the line's format needs a score), and is counted
+in the final stderr line. On a counted run (SPLIT=test on a fixed-salt server) a failed LLM endpoint check stops
+everything before the run is registered, with one line on stderr and exit status 1: no counted attempt is spent on
+an agent that cannot answer.
+
 Why TASKS is resolved by the server's /tasks: this client then imports neither torch nor the task
 families (seconds of start-up, on a machine that never runs a model). Only when no server answers
 does it fall back to the installed package's list.
@@ -35,12 +43,12 @@ import time
 from typing import Any
 
 from mechsandbox.agents import LLMAgent, play_episode
-from mechsandbox.agents.base import StepLog
+from mechsandbox.agents.base import BACKOFF_S, RETRIES, EpisodeRecord, StepLog, may_retry
 from mechsandbox.agents.llm import client_from_env
 from mechsandbox.catalogue import fetch_catalogue, local_catalogue, select_tasks
 from mechsandbox.client import MechSandboxEnv
 from mechsandbox.evaluation.local_server import LocalServer
-from mechsandbox.protocol import clamp, one_line
+from mechsandbox.protocol import InfrastructureError, clamp, one_line
 from mechsandbox.submission import register_run, server_scoring
 
 ENV_NAME = "mechsandbox"
@@ -101,25 +109,65 @@ def task_list(spec: str, env: Any) -> list[str]:
     return select_tasks(spec, local_catalogue() if catalogue is None else catalogue)
 
 
-def run_token(env: Any, split: str, model: str) -> str | None:
-    """On the test split of a fixed-salt server, register a run and return its token (None otherwise).
+def counted(env: Any, split: str) -> bool:
+    """Whether this is a counted run: the test split of a server with a fixed salt (its episodes would go on its
+    leaderboard). A server whose facts cannot be read is not: no run can be registered there."""
+    if env is None or split != "test":
+        return False
+    try:
+        if server_scoring(env.async_client.base_url)["test_salt"] == "fixed":
+            return True
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        log(f"could not read the server's scoring facts: {type(exc).__name__}: {one_line(exc, 300)}")
+        return False
+    log("the server has a random test salt: its test scores are comparable with no other run")
+    return False
+
+
+def run_token(env: Any, model: str) -> str | None:
+    """Register a run on a counted server (``counted``) and return its token; None when registration fails.
 
     A failure is logged and play goes on: the server then refuses the resets with its own reason, which ends
     each task with an [END] line as any environment error does.
     """
-    if env is None or split != "test":
-        return None
     base = env.async_client.base_url
     try:
-        if server_scoring(base)["test_salt"] != "fixed":
-            log("the server has a random test salt: its test scores are comparable with no other run")
-            return None
         run = register_run(base, os.environ.get("RUN_NAME") or model, model, "inference.py baseline")
     except (OSError, RuntimeError, ValueError, KeyError) as exc:
         log(f"could not register a run: {type(exc).__name__}: {one_line(exc, 300)}")
         return None
     log(f"playing as {run['run_id']} (salt fingerprint {run['salt_fingerprint']})")
     return str(run["run_token"])
+
+
+def endpoint_error(agent: LLMAgent) -> str | None:
+    """One LLM call up front: proves the endpoint (and the key) before any episode; the failure's line, or None."""
+    try:
+        agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
+    except Exception as exc:
+        return f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc, 300)}"
+    return None
+
+
+def play(agent: LLMAgent, env: Any, reset: dict[str, Any], max_turns: int, on_step: Any) -> EpisodeRecord:
+    """One task's episode; an attempt the infrastructure lost is played again (``may_retry``, with a backoff)
+    while nothing of it has been printed, so the task's [STEP] lines stay one episode's."""
+    attempt = 0
+    while True:
+        printed: list[StepLog] = []
+
+        def step(log_: StepLog, sink: list[StepLog] = printed) -> None:
+            sink.append(log_)
+            on_step(log_)
+
+        record = play_episode(agent, env, reset, deadline=agent.deadline, max_turns=max_turns, on_step=step)
+        record.attempts = attempt + 1
+        left = agent.deadline is None or time.monotonic() + BACKOFF_S * 2**attempt < agent.deadline
+        if printed or attempt >= RETRIES or not may_retry(record) or not left:
+            return record
+        log(f"{reset['task_id']}: {record.infra_error['message']}; trying again")  # type: ignore[index]
+        time.sleep(BACKOFF_S * 2**attempt)
+        attempt += 1
 
 
 def main() -> int:
@@ -143,18 +191,22 @@ def main() -> int:
         except (KeyError, ValueError) as exc:
             log(f"bad --tasks/TASKS: {exc}")
             return 2
-        token = run_token(env, args.split, model)
-        try:  # one LLM call up front: proves the endpoint (and the key) whatever happens to the environment
-            agent.complete([{"role": "user", "content": "Reply with the single word: ready"}])
-        except Exception as exc:
-            log(f"LLM endpoint check failed: {type(exc).__name__}: {one_line(exc, 300)}")
+        llm_error = endpoint_error(agent)
+        is_counted = counted(env, args.split)
+        if llm_error and is_counted:
+            log(f"{llm_error}: stopping before the counted run is registered (no attempt spent)")
+            return 1
+        if llm_error:
+            log(llm_error)
+        token = run_token(env, model) if is_counted else None
+        lost = 0
         for i, task_id in enumerate(tasks):
             print(f"[START] task={task_id} env={ENV_NAME} model={model}", flush=True)
             steps: list[StepLog] = []
             score = 0.01
             try:
                 if env is None:
-                    raise RuntimeError(env_error)
+                    raise InfrastructureError("connection", env_error)
                 remaining = max(1, len(tasks) - i)
                 agent.deadline = time.monotonic() + max(0.0, deadline - time.monotonic()) / remaining
                 reset = {"task_id": task_id, "level": args.level, "split": args.split}
@@ -166,19 +218,28 @@ def main() -> int:
                     sink.append(step)
                     emit_step(step)
 
-                record = play_episode(agent, env, reset, deadline=agent.deadline, max_turns=args.max_turns,
-                                      on_step=on_step)  # fmt: skip
-                score = clamp(record.score)
+                record = play(agent, env, reset, args.max_turns, on_step)
+                if record.infra_error is not None:  # no score: one closing [STEP] names the failure
+                    lost += 1
+                    failed = StepLog(len(steps) + 1, None, 0.01, True, record.infra_error["message"])
+                    steps.append(failed)
+                    emit_step(failed)
+                else:
+                    score = clamp(record.score)
             except Exception as exc:
                 log(f"{task_id}: {type(exc).__name__}: {one_line(exc, 300)}")
+                failure = exc if isinstance(exc, InfrastructureError) else None  # play() returns the others lost
+                lost += failure is not None
                 if not steps:
-                    failed = StepLog(1, None, 0.01, True, f"{type(exc).__name__}: {one_line(exc, 200)}")
+                    why = one_line(failure, 200) if failure else f"{type(exc).__name__}: {one_line(exc, 200)}"
+                    failed = StepLog(1, None, 0.01, True, why)
                     steps.append(failed)
                     emit_step(failed)
             rewards = ",".join(f"{clamp(s.reward):.2f}" for s in steps) or "0.01"
             print(f"[END] success={str(score >= SUCCESS_THRESHOLD).lower()} steps={len(steps)} "
                   f"score={score:.3f} rewards={rewards}", flush=True)  # fmt: skip
-    log(f"done in {time.monotonic() - started:.0f} s; {agent.calls} LLM calls, {agent.failures} failed")
+        log(f"done in {time.monotonic() - started:.0f} s; {agent.calls} LLM calls, {agent.failures} failed; "
+            f"{lost} infrastructure error{'s' if lost != 1 else ''}")  # fmt: skip
     return 0
 
 

@@ -20,6 +20,8 @@ from ..models import MechSandboxAction
 from ..protocol import InfrastructureError, clip
 
 OUTPUT_KEEP = 4000  # characters of each observation kept in a trajectory
+RETRIES = 2  # how many more times a harness plays an episode the infrastructure lost, where that is safe
+BACKOFF_S = 2.0  # the wait before the first such retry; doubled before each next one
 
 
 @dataclass
@@ -126,6 +128,15 @@ class EpisodeRecord:
 
     def trajectory(self) -> dict[str, Any]:
         return {**self.result_row(), "turns": [s.__dict__ for s in self.steps]}
+
+
+def may_retry(record: EpisodeRecord) -> bool:
+    """Whether an episode the infrastructure lost may be played again: on train, always (a fresh reset of the same
+    seed); on test, only when the reset itself failed, before the agent's first observation (the server voided the
+    attempt). A test episode lost mid-way is recorded, never replayed: a counted run gets no second try."""
+    if record.infra_error is None:
+        return False
+    return record.split != "test" or not record.infra_error["started"]
 
 
 def play_episode(

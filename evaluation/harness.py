@@ -26,7 +26,7 @@ from typing import Any
 
 from .. import BENCHMARK_VERSION
 from ..agents import Agent, EpisodeRecord, play_episode
-from ..agents.base import infrastructure_failure
+from ..agents.base import BACKOFF_S, RETRIES, infrastructure_failure, may_retry
 from ..catalogue import local_catalogue, select_tasks
 from ..client import MechSandboxEnv
 from ..tasks import LEVELS
@@ -82,17 +82,7 @@ def git_commit() -> str:
         return "unknown"
 
 
-RETRIES = 2  # how many more times an episode the infrastructure lost is played, where that is safe
-BACKOFF_S = 2.0  # the wait before the first retry; doubled before each next one
-
-
-def may_retry(record: EpisodeRecord) -> bool:
-    """Whether an episode the infrastructure lost may be played again: on train, always (a fresh reset of the same
-    seed); on test, only when the reset itself failed, before the agent's first observation (the server voided the
-    attempt). A test episode lost mid-way is recorded, never replayed: a counted run gets no second try."""
-    if record.infra_error is None:
-        return False
-    return record.split != "test" or not record.infra_error["started"]
+__all__ = ["BACKOFF_S", "RETRIES", "Plan", "may_retry", "play_once", "run_plan"]
 
 
 def play_once(url: str, reset: dict[str, Any], agent: Agent, message_timeout_s: float) -> EpisodeRecord:

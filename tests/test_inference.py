@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from fake_llm import FakeLLM
 from mechsandbox.tasks import get_family
-from server_harness import running_server
+from server_harness import free_port, running_server
 
 ROOT = Path(__file__).resolve().parents[1]
 TASKS = ["dead-neurons", "fourier-frequencies"]
@@ -37,11 +37,11 @@ def server(tmp_path_factory):
         yield s
 
 
-def run_inference(env: dict[str, str]) -> tuple[list[str], str]:
+def run_inference(env: dict[str, str], status: int = 0) -> tuple[list[str], str]:
     base = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "API_KEY", "ENV_URL", "LOCAL_IMAGE_NAME")}
     out = subprocess.run([sys.executable, str(ROOT / "inference.py")], env={**base, **env}, capture_output=True,
                          text=True, timeout=600)  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == status, out.stderr[-3000:]
     return out.stdout.splitlines(), out.stderr
 
 
@@ -104,10 +104,12 @@ def test_missing_key_and_unreachable_environment(tmp_path) -> None:
     with FakeLLM(answers()) as llm:
         lines, stderr = run_inference({**common_env(llm), "ENV_URL": "http://127.0.0.1:9"})
     assert "no API key" in stderr and "environment unavailable" in stderr
+    assert stderr.strip().splitlines()[-1].endswith("; 2 infrastructure errors")  # the summary line counts them
     episodes = parse(lines)
     assert list(episodes) == TASKS and len(llm.calls) >= 1
     for ep in episodes.values():
-        assert ep["end"][:3] == ("false", "1", "0.010") and ep["steps"][0][4] != "null"
+        assert ep["end"][:3] == ("false", "1", "0.010")
+        assert ep["steps"][0][4].startswith("infrastructure error (connection): environment unavailable")
 
 
 def test_the_test_split_on_a_fixed_salt_server_plays_a_run(tmp_path) -> None:
@@ -127,3 +129,21 @@ def test_the_test_split_on_a_fixed_salt_server_plays_a_run(tmp_path) -> None:
             entry = http.get(f"/runs/{run_id}").json()
     assert entry["agent"] == "inference-test" and entry["model"] == "fake-model"
     assert entry["episodes"] == 1 and entry["overall"] >= 0.95
+
+
+def test_a_dead_llm_endpoint_stops_a_counted_run_before_its_first_reset(tmp_path) -> None:
+    """SPLIT=test on a fixed-salt server is a counted run: with an endpoint nobody listens on, inference.py says so in
+    one line and exits 1 before registering the run, so the server's results database holds no run and no
+    attempt (each would have been a counted episode at the floor)."""
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    with running_server(tmp_path, MECHSANDBOX_TEST_SALT="inference-dead-endpoint-salt",
+                        MECHSANDBOX_DATA_DIR=str(tmp_path / "results")) as server:  # fmt: skip
+        env = {"API_BASE_URL": dead, "MODEL_NAME": "fake-model", "TASKS": "dead-neurons", "SPLIT": "test",
+               "HF_TOKEN": "x", "ENV_URL": server.url, "RUN_NAME": "dead-endpoint", "DEADLINE_S": "120"}  # fmt: skip
+        lines, stderr = run_inference(env, status=1)
+        with server.http() as http:
+            board = http.get("/leaderboard").json()
+    assert lines == []  # no [START]: no episode was begun
+    [line] = [line for line in stderr.splitlines() if "LLM endpoint check failed" in line]
+    assert "stopping before the counted run is registered" in line
+    assert board["runs"] == []  # nothing registered, nothing claimed
