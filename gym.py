@@ -30,10 +30,16 @@ the head joins the ablated set ``S`` (heads stay ablated: zeroed ``hook_z``, the
   the ablated ones, times ``control_weight``. A head that breaks everything is not a circuit head.
 
 A repeated pick, or a head the instance does not have, costs ``repeat_penalty`` and runs no forward pass. The
-episode is truncated after ``budget`` picks (default: the size of the instance's true head set, as the benchmark's
-audit is told the answer size; ``info["budget_left"]`` counts down) and terminates when every head was tried; a
-step after the end raises ``ResetNeeded``. The end is a truncation in Gymnasium's terms: a learner that bootstraps
-on truncation (as sb3's do) should know that nothing follows the last pick.
+episode terminates after ``budget`` picks (default: the size of the instance's true head set, as the benchmark's
+audit is told the answer size; the observation's ``budget_left`` and ``info["budget_left"]`` count down) or when
+every head was tried; a step after the end raises ``ResetNeeded``. It never truncates.
+
+Why the budget's end is a termination, not a truncation: the budget is part of the task (name the circuit in that
+many picks; the return and the precision are complete at the last pick), so nothing follows it and a learner must
+not bootstrap past it, which is what ``terminated`` tells one. A truncation is a time limit outside the task, after
+which a learner bootstraps (sb3's do). As a truncation, a one-head circuit (copy-head's) ended every episode with a
+"truncation" after its first step, which Gymnasium's ``check_env`` rejects. ``budget_left`` is in the observation so
+that the termination is a function of what the policy sees.
 
 **What a policy can learn.** Heads are permuted within each layer per instance. With the MechRL observation (the
 default) nothing about a head is seen before it is tried, so at the default budget a policy can learn only where
@@ -44,16 +50,18 @@ learns which statistics make an ablation worth spending (examples/ppo_head_disco
 discovery").
 
 **Observation** (``Dict``; ``flatten=True`` gives one ``Box``): ``task`` (one-hot over ``tasks``), ``tried`` (0/1
-per action), ``scores`` (the reward each tried head paid, 0 otherwise), ``valid`` (0/1: the instance has that head)
-and, with ``head_features=True``, ``features`` ([action, len(HEAD_FEATURES)] in [0, 1]; zero for absent heads).
-``action_masks()`` (what sb3-contrib's MaskablePPO reads) and ``info["action_mask"]``: valid and untried.
-``info`` also has ``picks``, ``best`` (the largest reward so far), ``budget_left``, ``metric_lost``
-(``(m({}) - m(S)) / m({})``) and, when the
-episode ends, ``precision``, ``recall`` and ``jaccard`` of the picks against the true heads.
+per action), ``scores`` (the reward each tried head paid, 0 otherwise), ``valid`` (0/1: the instance has that head),
+``budget_left`` (the picks left, one number) and, with ``head_features=True``, ``features`` ([action,
+len(HEAD_FEATURES)] in [0, 1]; zero for absent heads). ``action_masks()`` (what sb3-contrib's MaskablePPO reads) and
+``info["action_mask"]``: valid and untried. ``info`` also has ``picks``, ``best`` (the largest reward so far),
+``budget_left``, ``metric_lost`` (``(m({}) - m(S)) / m({})``) and, when the episode ends, ``precision``, ``recall``
+and ``jaccard`` of the picks against the true heads.
 
 **Cost.** A step runs at most two ablations of the probe batch and two of the control batch (each from the earliest
 ablated layer: the clean residual stream is cached; sets already measured are cached); bench/gym_env.py prints
 the time per step and per reset (a reset generates an instance: 0.1-1.5 s; docs/TASKS.md, "Head discovery").
+Constructing an env sets torch to one intra-op thread unless the user chose a count (``torch_threads.py``: the
+models are small, and torch's default of a thread per core crawls on a busy machine).
 
 :func:`greedy_oracle` is the exact-oracle baseline: it picks, ``budget`` times, the head with the largest effect.
 """
@@ -77,6 +85,7 @@ except ImportError as exc:  # the optional extra
 from .tasks import LEVELS, generate, get_family
 from .tasks.base import Instance
 from .tasks.circuits import Ablator, margin
+from .torch_threads import configure_torch_threads
 
 ENV_ID = "MechSandbox/HeadDiscovery-v0"
 HEAD_SET_FAMILIES = ("copy-head", "induction-circuit", "committee-circuit")
@@ -240,6 +249,7 @@ class HeadDiscoveryEnv(gymnasium.Env):
         the same spaces); ``seeds``: draw instance seeds from this list and keep each instance once generated (a
         training set; default a fresh seed per reset, nothing kept); ``head_features``: add ``features``, every
         head's attention statistics before it is tried (HEAD_FEATURES; off: the MechRL observation)."""
+        configure_torch_threads()
         self.tasks = tuple(tasks) if tasks else HEAD_SET_FAMILIES
         self.sample_tasks = tuple(sample_tasks) if sample_tasks else self.tasks
         unknown = [t for t in (*self.tasks, *self.sample_tasks) if t not in HEAD_SET_FAMILIES]
@@ -268,6 +278,8 @@ class HeadDiscoveryEnv(gymnasium.Env):
             "tried": spaces.Box(0.0, 1.0, (n,), np.float32),
             "scores": spaces.Box(-np.inf, np.inf, (n,), np.float32),
             "valid": spaces.Box(0.0, 1.0, (n,), np.float32),
+            # the default budget (the true set's size) is at most the number of heads, so at most n
+            "budget_left": spaces.Box(0.0, float(max(budget or 0, n)), (1,), np.float32),
         }
         if head_features:
             parts["features"] = spaces.Box(0.0, 1.0, (n, len(HEAD_FEATURES)), np.float32)
@@ -329,10 +341,10 @@ class HeadDiscoveryEnv(gymnasium.Env):
             self.picks.append(head)
             self.tried[action], self.scores[action] = 1.0, reward
         self.rewards.append(float(reward))
-        terminated = len(self.picks) == len(self.head_of)
-        truncated = not terminated and self.steps >= self.budget
-        self.over = terminated or truncated
-        return self._observation(), float(reward), terminated, truncated, self._info(terminated or truncated)
+        # the budget belongs to the task (module docstring): its end is a termination, and nothing truncates
+        terminated = self.steps >= self.budget or len(self.picks) == len(self.head_of)
+        self.over = terminated
+        return self._observation(), float(reward), terminated, False, self._info(terminated)
 
     def action_masks(self) -> np.ndarray:
         """Valid, untried heads (sb3-contrib's MaskablePPO calls this)."""
@@ -343,7 +355,8 @@ class HeadDiscoveryEnv(gymnasium.Env):
     def _observation(self) -> Any:
         one_hot = np.zeros(len(self.tasks), np.float32)
         one_hot[self.tasks.index(self.task)] = 1.0
-        obs = {"task": one_hot, "tried": self.tried.copy(), "scores": self.scores.copy(), "valid": self.valid.copy()}
+        obs = {"task": one_hot, "tried": self.tried.copy(), "scores": self.scores.copy(), "valid": self.valid.copy(),
+               "budget_left": np.array([self.budget - self.steps], np.float32)}  # fmt: skip
         if self.head_features:
             obs["features"] = self.features.copy()
         return spaces.flatten(self.dict_space, obs) if self.flatten else obs

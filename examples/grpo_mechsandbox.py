@@ -11,6 +11,11 @@ server's session cap (64 by default; a remote client gets a quarter of it).
 
 ``--tiny`` builds a tiny random-weight model and tokenizer here (nothing downloaded): a smoke test of the loop on a
 CPU, not training. Its completions are noise, so its rewards sit at the floor.
+
+Torch's CPU work here runs on one intra-op thread unless ``OMP_NUM_THREADS`` (or an earlier ``set_num_threads``)
+says otherwise, the rule the Gym env and the server's workers follow (``mechsandbox.torch_threads``): on a CPU shared
+with a local server, a thread per core spins against the server's generation. A GPU run does not depend on it; a
+real model trained on an idle CPU wants ``OMP_NUM_THREADS`` set to its cores.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental in TRL 1.x
+    from mechsandbox.torch_threads import configure_torch_threads
+
+    threads = configure_torch_threads()
+    print(f"grpo_mechsandbox: {args.max_steps} steps of {args.batch_size} rollouts on {args.tasks} ({args.levels}), "
+          f"torch on {threads} CPU thread{'s' * (threads != 1)}", flush=True)  # fmt: skip
     import torch
     from mechsandbox.integrations.trl import environment_factory, episode_dataset
     from trl import GRPOConfig, GRPOTrainer

@@ -1,13 +1,16 @@
 """A masked PPO (CleanRL-style, plain torch) on ``MechSandbox/HeadDiscovery-v0`` (issue 23), compared on held-out
 seeds with a uniformly random masked policy and the exact greedy oracle.
 
-    python examples/ppo_head_discovery.py [--updates 40] [--level easy]
+    python examples/ppo_head_discovery.py [--updates 40] [--level easy] [--steps 32] [--train-seeds 64]
 
 Trained on copy-head and induction-circuit instances from a fixed set of training seeds (each generated once),
 evaluated on fresh seeds of those families and on committee-circuit, held out (the MechRL transfer setting: the
 spaces cover all three families, the policy never saw the third). Prints the learning curve (mean return per
 update) and, per evaluation family, the mean return and the precision / recall of the picks against the exact
-truth for the trained policy, the random policy and the oracle. A few minutes on 2 CPU cores.
+truth for the trained policy, the random policy and the oracle. A few minutes on 2 CPU cores. It prints its setup
+at once and a line per update with the time so far, so a slow machine shows as slow progress, not as silence.
+Torch runs on one intra-op thread unless ``OMP_NUM_THREADS`` says otherwise, as the Gym env sets it
+(``mechsandbox.torch_threads``: the models are small, and a thread per core crawls on a busy machine).
 
 The environment runs with ``head_features=True``: before a head is tried the policy sees its attention statistics
 and output size on the probe (``mechsandbox.gym.HEAD_FEATURES``), what an interpretability agent looks at first.
@@ -27,6 +30,7 @@ import gymnasium
 import numpy as np
 import torch
 from mechsandbox.gym import HEAD_FEATURES, HeadDiscoveryEnv, greedy_oracle
+from mechsandbox.torch_threads import configure_torch_threads
 from torch import nn
 
 TASKS = ("copy-head", "induction-circuit", "committee-circuit")
@@ -81,6 +85,7 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
     """PPO with action masks: ``updates`` rollouts of ``n_envs * n_steps`` steps, 4 epochs each, on instances of
     seeds ``0 .. train_seeds - 1`` (held-out evaluation uses seeds from 10,000)."""
     torch.manual_seed(seed)
+    started = time.perf_counter()
     seeds = list(range(train_seeds))
     envs = gymnasium.vector.SyncVectorEnv([lambda: make_env(level, seeds, TRAIN) for _ in range(n_envs)],
                                          autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP)  # fmt: skip
@@ -139,7 +144,8 @@ def train(level: str, updates: int, n_envs: int = 4, n_steps: int = 32, seed: in
                 optim.step()
         curve.append(float(np.mean(returns)) if returns else float("nan"))
         if log:
-            print(f"update {update + 1:3d}: mean return {curve[-1]:+.3f} over {len(returns)} episodes", flush=True)
+            print(f"update {update + 1:3d}: mean return {curve[-1]:+.3f} over {len(returns):3d} episodes "
+                  f"({time.perf_counter() - started:.0f} s)", flush=True)  # fmt: skip
     envs.close()
     return agent, curve
 
@@ -177,17 +183,25 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=40)
     ap.add_argument("--level", default="easy")
     ap.add_argument("--eval-seeds", type=int, default=20)
+    ap.add_argument("--steps", type=int, default=32, help="steps per env per update (4 envs)")
+    ap.add_argument("--train-seeds", type=int, default=64, help="training instances per family: seeds 0..n-1")
     args = ap.parse_args()
+    threads = configure_torch_threads()
+    print(f"ppo_head_discovery: {args.updates} updates of 4 x {args.steps} steps on {args.train_seeds} seeds of "
+          f"{', '.join(TRAIN)} ({args.level}), torch on {threads} thread{'s' * (threads != 1)}; each new training "
+          "instance is generated on first use", flush=True)  # fmt: skip
     started = time.perf_counter()
-    agent, _ = train(args.level, args.updates)
-    print(f"trained in {time.perf_counter() - started:.0f} s")
+    agent, _ = train(args.level, args.updates, n_steps=args.steps, train_seeds=args.train_seeds)
+    print(f"trained in {time.perf_counter() - started:.0f} s; evaluating on {args.eval_seeds} held-out seeds per "
+          "family", flush=True)  # fmt: skip
     held_out_seeds = [10_000 + i for i in range(args.eval_seeds)]
     print(f"\n{'family':20} {'policy':8} {'return':>8} {'precision':>9} {'recall':>7}   (held-out seeds)")
     for task in (*TRAIN, HELD_OUT):
         for policy in ("ppo", "random", "oracle"):
             row = evaluate(policy, agent, args.level, task, held_out_seeds)
             name = f"{task}{' (held out)' if task == HELD_OUT else ''}"
-            print(f"{name:20} {policy:8} {row['return']:+8.3f} {row['precision']:9.2f} {row['recall']:7.2f}")
+            cells = f"{row['return']:+8.3f} {row['precision']:9.2f} {row['recall']:7.2f}"
+            print(f"{name:20} {policy:8} {cells}", flush=True)
 
 
 if __name__ == "__main__":

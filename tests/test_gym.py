@@ -44,6 +44,20 @@ def test_gymnasium_check_env_passes() -> None:
         check_env(env, skip_render_check=True)
 
 
+@pytest.mark.parametrize(("task_id", "level"), [*((t, "easy") for t in HEAD_SET_FAMILIES), ("copy-head", "medium"),
+                                                ("copy-head", "hard")])  # fmt: skip
+def test_the_registered_default_env_passes_check_env_whatever_family_it_draws(task_id: str, level: str) -> None:
+    """The registered id with its defaults (every head-set family's spaces, the budget the size of the true set),
+    made to draw one family, so each family the default can draw is checked (easy is the default level; copy-head's
+    circuit is one head at every level). A one-head circuit ended its episode after one pick, and as a truncation
+    ``check_env`` failed it ("Environment truncates after 1 step"); the budget's end is a termination now."""
+    env = gymnasium.make(ENV_ID, level=level, sample_tasks=[task_id]).unwrapped
+    assert env.tasks == HEAD_SET_FAMILIES
+    check_env(env, skip_render_check=True)
+    _, info = env.reset(seed=0)
+    assert info["task"] == task_id and info["budget_left"] == len(env.probe.truth)
+
+
 def test_make_registers_the_id_with_every_head_set_family_by_default() -> None:
     env = gymnasium.make(ENV_ID)
     assert env.unwrapped.tasks == HEAD_SET_FAMILIES and env.unwrapped.level == "easy"
@@ -134,17 +148,21 @@ def test_bad_actions_raise_gymnasiums_usual_errors() -> None:
             env.step(bad)
 
 
-def test_truncation_and_the_final_scores() -> None:
+def test_the_budget_ends_the_episode_as_a_termination_with_the_final_scores() -> None:
+    """The budget belongs to the task, so its end is a termination (nothing to bootstrap past), never a truncation,
+    and the observation counts it down."""
     env = HeadDiscoveryEnv(tasks=["induction-circuit"])
-    _, info = env.reset(seed=2)
+    obs, info = env.reset(seed=2)
     truth = env.probe.truth
+    assert obs["budget_left"].tolist() == [len(truth)] and env.observation_space.contains(obs)
     steps = 0
     done = False
     while not done:
-        _, _, terminated, truncated, info = env.step(int(np.flatnonzero(info["action_mask"])[0]))
+        obs, _, terminated, truncated, info = env.step(int(np.flatnonzero(info["action_mask"])[0]))
         steps += 1
-        done = terminated or truncated
-    assert truncated and steps == len(truth) == info["truth_size"]
+        assert not truncated and obs["budget_left"].tolist() == [len(truth) - steps] == [info["budget_left"]]
+        done = terminated
+    assert steps == len(truth) == info["truth_size"]
     assert info.keys() >= {"precision", "recall", "jaccard"}
     assert info["precision"] == pick_scores(info["picks"], truth)["precision"]
 
