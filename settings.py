@@ -334,15 +334,20 @@ class SandboxSettings(_EnvSettings):
 
     pool_size: int = setting(4, "warm, model-less sandbox workers kept ready", minimum=0)
     spawn_parallel: int = setting(4, "workers the warm pool starts at once while it refills", minimum=1)
-    wall_seconds: float = setting(10.0, "wall-clock limit per snippet; the worker's process group is killed past it",
+    wall_seconds: float = setting(10.0, "CPU-time limit per snippet (user + system of its own worker, all threads; "
+                                  "the name is historical): a busy machine slows snippets, never fails them",
                                   minimum=0.1)  # fmt: skip
+    wall_backstop_seconds: float = setting(60.0, "wall-clock backstop per snippet, for a worker that waits without "
+                                           "using CPU (never below `MECHSANDBOX_WALL_SECONDS`)",
+                                           minimum=1)  # fmt: skip
     worker_memory_mb: int = setting(
         2048, "address space per worker above the zygote's measured baseline (docs/SANDBOX.md)", minimum=64
     )
     memory_budget_mb: int = setting(
         0, "all workers' private memory together (the watchdog kills the largest); 0 = RAM minus 4 GiB", minimum=0
     )
-    cpu_seconds: int = setting(900, "RLIMIT_CPU per worker (a backstop; the wall-clock limit acts first)", minimum=1)
+    cpu_seconds: int = setting(900, "RLIMIT_CPU per worker, its whole life (a backstop; the per-snippet limit acts "
+                               "first)", minimum=1)  # fmt: skip
     uid_drop: str = setting("auto", "run workers as a per-slot uid: when possible, always, or never",
                             choices=("auto", "force", "off"))  # fmt: skip
     landlock: bool = setting(True, "Landlock layer (switch off for diagnosis only)")

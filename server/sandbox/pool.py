@@ -71,6 +71,81 @@ class WorkerLost(Exception):
         self.server_fault = server_fault
 
 
+class LimitReached(Exception):
+    """A request's worker passed its CPU limit or the wall-clock backstop (``_Watch``); ``reason`` completes
+    "the snippet ...", ``server_fault`` says whether the server, not the snippet, is to blame."""
+
+    def __init__(self, reason: str, server_fault: bool = False):
+        super().__init__(reason)
+        self.reason, self.server_fault = reason, server_fault
+
+
+#: Once a reply's first byte has arrived, the whole frame must follow within this many seconds. An honest worker
+#: writes its reply at once (milliseconds, even 1 MiB); the deadline stops a reply dribbled a byte at a time from
+#: holding a server thread (a red team, 2026-12-05) now that the wait before the first byte is measured in CPU time.
+REPLY_SECONDS = 5.0
+#: Longest pause between two looks at a busy worker's CPU time: a look is one small /proc read, so a long snippet
+#: costs the server a few reads a second, and a short one none (its reply ends the wait first).
+POLL_SECONDS = 0.25
+#: The share of the time before the backstop that the worker's main thread must have spent waiting for a CPU for the
+#: backstop kill to be the server's fault: the worker was starved by the machine's load, not blocked by its snippet.
+STARVED_SHARE = 0.5
+CORES = max(len(os.sched_getaffinity(0)), 1)
+#: How a limit message names what ran out of time, by request operation.
+SUBJECTS = {"run": "the snippet", "unrestricted": "the snippet", "solution": "converting the answer"}
+
+
+def backstop_seconds(settings: SandboxSettings, cpu_limit: float) -> float:
+    """The wall-clock backstop of a request whose CPU limit is ``cpu_limit``: the setting, never below the limit."""
+    return max(settings.wall_backstop_seconds, cpu_limit)
+
+
+class _Watch:
+    """Waits for a worker's reply to start while its CPU time stays under the limit and the backstop is ahead.
+
+    Why the server watches and not only the worker: a snippet can swallow the worker's own soft timeout or sit in
+    a C call that never returns to Python, so only a kill from outside is sure. The baseline is read before the
+    request is sent, so the limit counts the request's own CPU time, not the worker's past."""
+
+    def __init__(self, worker: Worker, cpu_limit: float, backstop: float):
+        self.worker, self.cpu_limit, self.backstop = worker, cpu_limit, backstop
+        self.started = time.monotonic()
+        self.cpu_start = worker.cpu_seconds() or 0.0
+        self.delay_start = worker.run_delay()
+
+    def until_readable(self) -> None:
+        """Return once the reply's first byte (or EOF) is there; raise ``LimitReached`` past a limit."""
+        fileno = self.worker.sock.fileno()
+        if fileno < 0:
+            raise OSError("the worker's socket is closed")
+        poller = select.poll()
+        poller.register(fileno, select.POLLIN)
+        wait = min(POLL_SECONDS, self.cpu_limit / CORES, self.backstop)
+        while not poller.poll(max(wait, 0.001) * 1000):
+            now = self.worker.cpu_seconds()
+            if now is None:
+                return  # the process is gone: reading the socket finds EOF
+            used = now - self.cpu_start
+            if used > self.cpu_limit:
+                raise LimitReached(f"used more than {self.cpu_limit:g} s of CPU time (a limit on CPU, not wall-clock)")
+            elapsed = time.monotonic() - self.started
+            if elapsed >= self.backstop:
+                raise self._backstop(elapsed)
+            # a process uses at most CORES CPU seconds a second: the next look cannot come too late for the limit
+            wait = min(POLL_SECONDS, (self.cpu_limit - used) / CORES, self.backstop - elapsed)
+
+    def _backstop(self, elapsed: float) -> LimitReached:
+        """The backstop kill, the server's fault when the main thread mostly waited for a CPU (starved by load)."""
+        delay = self.worker.run_delay()
+        starved = None not in (delay, self.delay_start) and delay - self.delay_start > STARVED_SHARE * elapsed
+        if starved:
+            return LimitReached(
+                f"got too little CPU before the {self.backstop:g} s wall-clock backstop (the server was overloaded)",
+                server_fault=True,
+            )
+        return LimitReached(f"ran past the {self.backstop:g} s wall-clock backstop (it waited, not using its CPU)")
+
+
 def scrubbed_environment() -> dict[str, str]:
     """The zygote's environment: an allowlist, never tokens, keys or salts."""
     env = {k: v for k, v in os.environ.items() if k in ENV_ALLOWLIST or k.startswith("OPENBLAS_")}
@@ -128,8 +203,9 @@ def check_reply(op: str, reply: dict[str, Any], settings: SandboxSettings) -> di
         if type(reply.get("output_truncated")) is not bool:
             raise InvalidReply("'output_truncated' is not a boolean")
         seconds = reply.get("seconds")
-        if type(seconds) not in (int, float) or not 0.0 <= seconds <= settings.wall_seconds + 60.0:
-            raise InvalidReply("'seconds' is not a number of seconds within the wall-clock limit")
+        longest = backstop_seconds(settings, settings.wall_seconds) + 60.0
+        if type(seconds) not in (int, float) or not 0.0 <= seconds <= longest:
+            raise InvalidReply("'seconds' is not a number of seconds within the wall-clock backstop")
     elif op in ("load", "solution"):
         _keys(reply, {"error", "ok"} if op == "load" else {"error", "value"})
         if reply.get("error") is not None or ("value" not in reply and "ok" not in reply):
@@ -215,52 +291,72 @@ class Worker:
     def request(
         self,
         message: dict[str, Any],
-        timeout: float,
+        cpu_limit: float,
         settings: SandboxSettings,
         blob: bytes = b"",
         fd: int | None = None,
     ) -> dict[str, Any]:
         """Send one numbered request and return its validated reply; any doubt about the reply loses the worker.
-        The whole reply must arrive within ``timeout`` of the request (a deadline, not a timeout per read)."""
+
+        The worker is killed when it uses more than ``cpu_limit`` seconds of CPU (its own user + system time, all its
+        threads, from /proc) before its reply starts, or when the reply has not started by the wall-clock backstop
+        (``backstop_seconds``); once the reply's first byte is there, the whole frame must follow within
+        ``REPLY_SECONDS`` (a deadline, not a timeout per read). Why CPU time: on a busy machine a snippet gets a
+        slice of a core, so a wall-clock limit charged the agent for the machine's load (issue 52)."""
         if not self.alive:
             raise WorkerLost(self.dead_reason or "the worker is gone", self.server_fault)
         with self.state_lock:
             self.busy = True
             self.requests += 1
         try:
-            return self._request(message, timeout, settings, blob, fd)
+            return self._request(message, cpu_limit, settings, blob, fd)
         finally:
             with self.state_lock:
                 self.busy = False
 
     def _request(
-        self, message: dict[str, Any], timeout: float, settings: SandboxSettings, blob: bytes, fd: int | None
+        self, message: dict[str, Any], cpu_limit: float, settings: SandboxSettings, blob: bytes, fd: int | None
     ) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
+        backstop = backstop_seconds(settings, cpu_limit)
+        op = str(message.get("op"))
         self.seq = (self.seq + 1) & 0xFFFFFFFF or 1
         try:
             if self._spoke_out_of_turn():
                 raise InvalidReply("a frame arrived before the request was sent")
-            self.sock.settimeout(timeout)
+            watch = _Watch(self, cpu_limit, backstop)
+            self.sock.settimeout(backstop)  # the worker waits on its socket: a send only waits for a large model
             send_frame(self.sock, message, blob, seq=self.seq, fd=fd)
-            reply, _, seq = recv_numbered(self.sock, MAX_REPLY, deadline=deadline)
+            watch.until_readable()
+            reply, _, seq = recv_numbered(self.sock, MAX_REPLY, deadline=time.monotonic() + REPLY_SECONDS)
             if seq != self.seq:
                 raise InvalidReply(f"the reply answers request {seq}, not {self.seq}")
             retire = reply.pop("retire", None)  # the worker exits after this reply (threads outlived the snippet)
             if retire is not None and (type(retire) is not str or len(retire) > 200):
                 raise InvalidReply("'retire' is not a short reason")
-            checked = check_reply(str(message.get("op")), reply, settings)
+            checked = check_reply(op, reply, settings)
             if retire:
                 self.kill(f"{retire}; namespace reset")
             return checked
+        except LimitReached as exc:
+            subject = SUBJECTS.get(op, f"the {op} request")
+            self.kill(f"{subject} {exc.reason}", server_fault=exc.server_fault)
         except TimeoutError:
-            self.kill(f"the snippet ran longer than the {timeout:g} s wall-clock limit")
+            self.kill(f"the worker's reply did not arrive within the {REPLY_SECONDS:g} s wall-clock limit on a reply")
         except (InvalidReply, MalformedFrame) as exc:
             log.warning("worker %d sent an invalid reply (%s); killing it", self.pid, exc)
             self.kill("the worker sent an invalid reply and was replaced")
         except (FrameError, OSError):
             self.kill("the worker process died (crash or forced exit)")
         raise WorkerLost(self.dead_reason or "the worker is gone", self.server_fault)
+
+    def run_delay(self) -> float | None:
+        """Seconds the worker's main thread (the one that runs snippets) has spent runnable but waiting for a CPU
+        (/proc/<pid>/schedstat); None when unknown."""
+        try:
+            with open(f"/proc/{self.pid}/schedstat") as f:
+                return int(f.read().split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return None
 
     def _spoke_out_of_turn(self) -> bool:
         """True when bytes are already waiting: an honest worker only ever answers a request."""
@@ -413,6 +509,24 @@ class RunResult:
     # True when the worker was lost during this snippet for a reason that is not the snippet's (``Worker.kill``): the
     # episode layer does not charge such a step. False for the snippet's own limits and crashes.
     server_fault: bool = False
+
+
+class Solution(tuple):
+    """``solution_from``'s ``(answer, error)`` pair, with ``server_fault`` as in ``RunResult``. A tuple, so callers
+    that unpack the pair or compare it with one read it as before."""
+
+    server_fault: bool
+
+    def __new__(cls, value: Any, error: str | None, server_fault: bool = False) -> Solution:
+        pair = super().__new__(cls, (value, error))
+        pair.server_fault = server_fault
+        return pair
+
+
+def soft_timeout(cpu_limit: float) -> float:
+    """CPU seconds after which the worker's own timer stops a snippet with a readable error, before the server's
+    kill at ``cpu_limit``: a second before it, or at 80 % for a short limit."""
+    return max(cpu_limit - 1.0, cpu_limit * 0.8)
 
 
 class SandboxPool:
@@ -609,11 +723,18 @@ class SandboxPool:
                     self.warm.append(worker)
 
     def _watchdog_loop(self) -> None:
+        """Every ``watchdog_interval``: count each worker's memory (its slot's memory cgroup, else its maps: shared
+        memory included either way, ``memory.py``) and kill the largest while the pool is over its budget. A worker
+        promises each session ``worker_memory_mb``: a worker killed below that was lost because the pool admitted more
+        than the budget holds, so its kill is the server's fault (``server_fault``), not the snippet's."""
         budget = self.settings.budget_bytes()
+        promised = self.settings.worker_memory_mb * 1024 * 1024
         while not self.closed.wait(self.settings.watchdog_interval):
             with self.lock:
                 workers = list(self.workers.values())
-            usage = {w: private_memory(w.pid) for w in workers if w.alive}
+            zygote = self.zygote
+            memcg = zygote.memory_cgroup if zygote is not None else None
+            usage = {w: memory.worker_memory(memcg, w.slot, w.pid, w.isolation) for w in workers if w.alive}
             for worker in workers:
                 if worker.alive and worker.exited():
                     worker.dead_reason = "the worker process died (crash or forced exit)"
@@ -621,7 +742,7 @@ class SandboxPool:
                 largest = max(usage, key=usage.__getitem__)
                 self.memory_kills += 1
                 log.warning("memory budget exceeded: killing worker %d (%d MiB)", largest.pid, usage[largest] >> 20)
-                largest.kill("memory budget exceeded; namespace reset")
+                largest.kill("memory budget exceeded; namespace reset", server_fault=usage[largest] <= promised)
             for worker in workers:
                 self._check_idle_cpu(worker)
 
@@ -763,18 +884,24 @@ class SandboxSession:
             self.resets += 1
 
     def run(self, code: str) -> RunResult:
-        wall = self.pool.settings.wall_seconds
+        """Run one snippet under its CPU-time limit (``wall_seconds``, a historical name) and the wall-clock backstop:
+        the worker's own timer stops it a little before the limit with a readable ``TimeoutError`` and the namespace
+        kept; the server kills it at the limit (namespace reset)."""
+        limit = self.pool.settings.wall_seconds
         with self.lock:
+            self._notice_dead_worker()
             lost_reason = self.worker.dead_reason if self.worker is not None else None
             reset_before = self._ensure_worker()
             assert self.worker is not None
+            zygote, restarts = self.pool.zygote, self.pool.zygote_restarts
             try:
-                message = {"op": "run", "code": code, "soft_timeout": max(wall - 1.0, wall * 0.8)}
-                reply = self.worker.request(message, wall, self.pool.settings)
+                message = {"op": "run", "code": code, "soft_timeout": soft_timeout(limit)}
+                reply = self.worker.request(message, limit, self.pool.settings)
             except WorkerLost as exc:
                 self._drop_worker()
-                error = f"{exc.reason}; namespace reset"
-                return RunResult(stdout="", error=error, namespace_reset=True, server_fault=exc.server_fault)
+                loss = self._loss(exc, zygote, restarts)
+                error = f"{loss.reason}; namespace reset"
+                return RunResult(stdout="", error=error, namespace_reset=True, server_fault=loss.server_fault)
         return RunResult(
             stdout=str(reply.get("stdout", "")),
             error=reply.get("error"),
@@ -784,31 +911,59 @@ class SandboxSession:
             notice=f"{lost_reason}; namespace reset before this snippet" if reset_before else None,
         )
 
-    def solution_from(self, name: str) -> tuple[Any, str | None]:
-        """(answer, None) or (None, error): the variable converted in the worker, re-validated here."""
+    def _notice_dead_worker(self) -> None:
+        """Mark a worker that died between requests (with its zygote, or killed before the watchdog's next look), so
+        that the next request goes to a fresh worker (a namespace reset before it) instead of losing its step."""
+        worker = self.worker
+        if worker is not None and worker.alive and worker.exited():
+            worker.kill("the worker process died (crash or forced exit)")
+
+    def _loss(self, exc: WorkerLost, zygote: ZygoteProcess | None, restarts: int) -> WorkerLost:
+        """What a worker lost during a request reports: the server's doing when its killer said so (``Worker.kill``)
+        or when the pool shut down or the zygote died (its workers die with it) while the request ran."""
+        pool = self.pool
+        if exc.server_fault:
+            return exc
+        if pool.closed.is_set():
+            return WorkerLost("the sandbox was shut down", server_fault=True)
+        if pool.zygote is not zygote or pool.zygote_restarts != restarts or (zygote is not None and not zygote.alive):
+            return WorkerLost("the sandbox's zygote died and took the worker with it", server_fault=True)
+        return exc
+
+    def solution_from(self, name: str) -> Solution:
+        """(answer, None) or (None, error): the variable converted in the worker, re-validated here; the pair's
+        ``server_fault`` says whether a lost worker was the server's doing (as ``RunResult.server_fault``)."""
         with self.lock:
+            self._notice_dead_worker()
             self._ensure_worker()
             assert self.worker is not None
+            zygote, restarts = self.pool.zygote, self.pool.zygote_restarts
             try:
                 settings = self.pool.settings
                 reply = self.worker.request({"op": "solution", "name": name}, settings.wall_seconds, settings)
             except WorkerLost as exc:
                 self._drop_worker()
-                return None, f"{exc.reason}; namespace reset"
+                loss = self._loss(exc, zygote, restarts)
+                return Solution(None, f"{loss.reason}; namespace reset", loss.server_fault)
         if reply.get("error") or "value" not in reply:
-            return None, str(reply.get("error") or "no value")
+            return Solution(None, str(reply.get("error") or "no value"))
         try:
-            return check_json_value(reply["value"]), None
+            return Solution(check_json_value(reply["value"]), None)
         except AnswerError as exc:
-            return None, str(exc)
+            return Solution(None, str(exc))
 
     def unrestricted(self, code: str) -> dict[str, Any]:
-        """Test-only (``test_unrestricted`` pools): plain Python in the hardened worker."""
+        """Test-only (``test_unrestricted`` pools): plain Python in the hardened worker, under the snippets' limits
+        but without the worker's own soft timer. A lost worker raises ``WorkerLost`` with its ``server_fault``."""
         with self.lock:
             self._ensure_worker()
             assert self.worker is not None
             settings = self.pool.settings
-            return self.worker.request({"op": "unrestricted", "code": code}, settings.wall_seconds, settings)
+            zygote, restarts = self.pool.zygote, self.pool.zygote_restarts
+            try:
+                return self.worker.request({"op": "unrestricted", "code": code}, settings.wall_seconds, settings)
+            except WorkerLost as exc:
+                raise self._loss(exc, zygote, restarts) from None
 
     @property
     def pid(self) -> int | None:

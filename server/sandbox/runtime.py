@@ -42,6 +42,11 @@ class SoftTimeout(BaseException):
     """Raised by the in-worker timer shortly before the server's hard kill."""
 
 
+#: The worker's soft timer counts the process's CPU time (user + system, all threads: ITIMER_PROF), the same clock as
+#: the server's hard limit, so a snippet slowed by a busy machine is not stopped for the machine's load (issue 52).
+SOFT_TIMER, SOFT_SIGNAL = signal.ITIMER_PROF, signal.SIGPROF
+
+
 def _scrub_paths(text: str) -> str:
     for prefix in sorted({sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path[1:]}, key=len, reverse=True):
         if prefix and len(prefix) > 1:
@@ -139,6 +144,9 @@ class Runtime:
         self.globals = make_globals(names, lambda: self.buffer, self.import_hook)
 
     def run(self, source: str, soft_timeout: float | None = None) -> dict[str, Any]:
+        """Run a snippet; after ``soft_timeout`` seconds of the worker's CPU time it stops with a ``TimeoutError``,
+        the namespace kept (the server kills the worker at its limit, a little later). ``seconds`` in the reply is
+        wall time, for the agent's information."""
         started = time.perf_counter()
         self.buffer = OutputBuffer(self.output_cap)
         error = self._execute(source, soft_timeout)
@@ -161,12 +169,12 @@ class Runtime:
         except BaseException as exc:
             return f"SyntaxError: the snippet cannot be compiled ({type(exc).__name__})"
         out, err = sys.stdout, sys.stderr
-        previous = signal.getsignal(signal.SIGALRM)
+        previous = signal.getsignal(SOFT_SIGNAL)
         try:
             sys.stdout = sys.stderr = self.buffer
             if soft_timeout:
-                signal.signal(signal.SIGALRM, _raise_soft_timeout)
-                signal.setitimer(signal.ITIMER_REAL, soft_timeout)
+                signal.signal(SOFT_SIGNAL, _raise_soft_timeout)
+                signal.setitimer(SOFT_TIMER, soft_timeout)
             with warnings.catch_warnings():
                 warnings.simplefilter("always")
                 warnings.showwarning = self._show_warning
@@ -174,12 +182,12 @@ class Runtime:
         except OutputLimit as exc:
             return f"OutputLimit: {exc}"
         except SoftTimeout:
-            return f"TimeoutError: the snippet ran longer than {soft_timeout:.1f} s and was stopped"
+            return f"TimeoutError: the snippet used more than {soft_timeout:.1f} s of CPU time and was stopped"
         except BaseException as exc:
             return format_error(exc, self.error_cap)
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+            signal.setitimer(SOFT_TIMER, 0)
+            signal.signal(SOFT_SIGNAL, previous)
             sys.stdout, sys.stderr = out, err
         return None
 
