@@ -363,7 +363,9 @@ class SandboxSettings(_EnvSettings):
     snippet_nice: int = setting(0, "niceness a worker takes once its model is loaded, so that on a busy machine "
                                 "snippets yield to resets, loads and the server (5: shorter reset tails, docs/"
                                 "PERFORMANCE.md); 0 = off", minimum=0, maximum=19)  # fmt: skip
-    max_workers: int = setting(256, "worker slots (and per-slot uids) in all", minimum=1)
+    max_workers: int = setting(320, "worker slots (and per-slot uids) in all: every live session's worker and the "
+                               "warm pool's, so at least the session cap plus `MECHSANDBOX_POOL_SIZE`",
+                               minimum=1)  # fmt: skip
     # Test-only, never read from the environment: lets a test worker run the "unrestricted" op.
     test_unrestricted: bool = field(default=False, repr=False)
 
