@@ -152,12 +152,17 @@ def join_pids_cgroup(cfg: HardeningConfig, slot: int) -> str:
     return f"skipped: {why}; RLIMIT_NPROC {cfg.max_pids} instead (per uid, void for uid 0)"
 
 
-def drop_capabilities() -> None:
-    """Root without a uid drop keeps its capabilities; remove them (bounding set and effective)."""
-    if os.geteuid() != 0:
-        return
+def drop_bounding_set() -> None:
+    """Empty the capability bounding set (needs CAP_SETPCAP, which the jailed zygote keeps for this; without it each
+    drop fails quietly): no later exec of a file with capabilities could give any back."""
     for cap in range(64):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+
+
+def drop_capabilities() -> None:
+    """A worker without a uid drop keeps the zygote's capabilities (in the jail CAP_SYS_ADMIN among them, also as a
+    non-root uid in a user namespace); remove them all (bounding set, effective, permitted, inheritable)."""
+    drop_bounding_set()
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -187,6 +192,7 @@ def harden(cfg: HardeningConfig, slot: int, keep_fd: int, parent: int) -> dict[s
             report["rlimits"] = f"failed: {exc}"
     else:
         report["rlimits"] = "skipped: disabled by configuration"
+    drop_bounding_set()
     try:
         report["uid"] = drop_privileges(cfg, slot)
     except OSError as exc:

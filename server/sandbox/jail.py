@@ -38,6 +38,9 @@ import sysconfig
 
 JAIL_PIDS = "/run/mechsandbox-pids"  # where the pool's pids cgroup is bound inside the jail
 NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
+# What the zygote keeps: the per-slot uid drop (SETUID, SETGID), each worker's own namespaces (SYS_ADMIN, worker_ns.py)
+# and emptying a worker's bounding set (SETPCAP). Every worker drops them all before it runs a session's code.
+ZYGOTE_CAPABILITIES = ("CAP_SETUID", "CAP_SETGID", "CAP_SYS_ADMIN", "CAP_SETPCAP")
 _POOL_NUMBERS = itertools.count()  # two pools in one process get two groups (slot numbers overlap)
 SYSTEM_LIBRARIES = ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/usr/local/lib", "/etc/ld.so.cache")
 
@@ -68,10 +71,9 @@ def _outermost(paths: list[str]) -> list[str]:
 def bwrap_argv(bwrap: str, workdir: str, pids_dir: str | None, binds: list[str] | None = None) -> list[str]:
     """The bubblewrap command line that runs the zygote (append the interpreter's argv)."""
     argv = [bwrap, *NAMESPACE_FLAGS, "--die-with-parent", "--as-pid-1", "--new-session"]
-    if os.geteuid() == 0:
-        argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
+    if os.geteuid() != 0:
         argv += ["--unshare-user"]  # without root, namespaces need a user namespace of its own
+    argv += ["--cap-drop", "ALL", *itertools.chain.from_iterable(("--cap-add", cap) for cap in ZYGOTE_CAPABILITIES)]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]  # first: binds may lie under /tmp
     made: set[str] = {"/", "/proc", "/dev", "/tmp"}
 

@@ -424,6 +424,7 @@ class ZygoteProcess:
         config = {
             "fd": child_end.fileno(),
             "parent": None if bwrap else os.getpid(),
+            "worker_namespaces": bwrap is not None,
             "hardening": hardening,
             "worker_memory": settings.worker_memory_mb * 1024 * 1024,
             "limits": {
@@ -462,6 +463,9 @@ class ZygoteProcess:
         control.settimeout(30.0)
         self.start_seconds = time.perf_counter() - started
         self.address_space = int(ready["address_space"])
+        self.worker_namespaces = str(ready.get("worker_namespaces", "unknown"))
+        if bwrap is not None and self.worker_namespaces != "active":  # the jail is only whole with them
+            self.namespaces = f"failed: a worker's own namespaces: {self.worker_namespaces}"
 
     @property
     def alive(self) -> bool:

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    from . import seccomp, worker
+    from . import seccomp, worker, worker_ns
     from .facade import build_facades
     from .warmup import WARM_UP, warm_up, warm_up_payloads
 
@@ -57,7 +57,13 @@ def main(argv: list[str]) -> None:
     payloads = warm_up_payloads()
     warm_up(facades, payloads, WARM_UP)
     baseline = _vm_size()
+    # in the jail each worker gets IPC and mount namespaces of its own (worker_ns.py); a throwaway child checks once
+    # that the kernel allows them here (before SIGCHLD is ignored below: the probe waits for its child)
+    own_namespaces = worker_ns.probe() if config["worker_namespaces"] else "skipped: the zygote is not jailed"
+    private = own_namespaces == "active"
     hard = dict(config["hardening"])
+    if private:  # the server's empty folder lies under /tmp, which a worker replaces with an empty read-only one
+        hard["workdir"] = worker_ns.EMPTY_MOUNTS[0]
     hard["address_space"] = baseline + int(config["worker_memory"])
     hard["read_paths"] = tuple(library_paths())
     cfg = HardeningConfig(**hard)
@@ -65,7 +71,8 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     gc.collect()
     gc.freeze()
-    control.send(json.dumps({"ready": True, "pid": os.getpid(), "address_space": cfg.address_space}).encode())
+    ready = {"ready": True, "pid": os.getpid(), "address_space": cfg.address_space, "worker_namespaces": own_namespaces}
+    control.send(json.dumps(ready).encode())
     while True:
         try:
             request = control.recv(65536)
@@ -83,6 +90,11 @@ def main(argv: list[str]) -> None:
         if pid == 0:
             control.close()
             server_end.close()
+            if private:
+                try:
+                    worker_ns.enter_private_namespaces()
+                except OSError:
+                    os._exit(70)  # never a worker that shares what it should not: the spawn fails instead
             worker.serve(worker_end, slot, cfg, os.getppid(), facades, limits, payloads)
             os._exit(0)
         worker_end.close()
