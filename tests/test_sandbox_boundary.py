@@ -16,7 +16,8 @@ import textwrap
 
 import pytest
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, memory
+from mechsandbox.server.sandbox.pool import WorkerLost
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)"),
@@ -135,3 +136,50 @@ def test_posix_shared_memory_and_tmp_files_are_neither_shared_nor_left_behind(po
         later.close()
         other.close()
 
+
+SHARED_ANONYMOUS = """
+import ctypes, mmap, time
+block = mmap.mmap(-1, SIZE, flags=mmap.MAP_SHARED | mmap.MAP_ANONYMOUS)
+ctypes.memset(ctypes.addressof(ctypes.c_char.from_buffer(block)), 1, SIZE)
+time.sleep(8)
+result = "kept"
+"""
+
+SYSV_DETACHED = """
+import ctypes, time
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+shmid = libc.shmget(0, SIZE, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT
+address = libc.shmat(shmid, None, 0)
+ctypes.memset(address, 1, SIZE)
+libc.shmdt(ctypes.c_void_p(address))  # in no process's maps now, still held by the IPC namespace
+time.sleep(8)
+result = "kept"
+"""
+
+
+@pytest.mark.parametrize(
+    ("config", "code", "cgroup"),
+    [
+        ("all", SHARED_ANONYMOUS, True),
+        ("all", SHARED_ANONYMOUS, False),  # no memory cgroup: the watchdog's fallback reads smaps_rollup
+        ("jail-only", SHARED_ANONYMOUS, True),
+        ("jail-only", SYSV_DETACHED, True),
+    ],
+)
+def test_shared_memory_past_the_budget_is_killed(payload, monkeypatch, config: str, code: str, cgroup: bool) -> None:
+    """500 MiB held as shared memory, on a 300 MiB budget: the watchdog must count it and kill the worker."""
+    if not cgroup:
+        monkeypatch.setattr(memory.MemoryCgroup, "_candidates", staticmethod(lambda: []))
+    settings = SandboxSettings(
+        pool_size=0, wall_seconds=20.0, memory_budget_mb=300, test_unrestricted=True, **CONFIGS[config]
+    )
+    with SandboxPool(settings) as pool:
+        assert (pool.isolation["memory_cgroup"] == "active") == cgroup, pool.isolation
+        session = pool.open_session(payload)
+        try:
+            with pytest.raises(WorkerLost, match="memory budget exceeded"):
+                session.unrestricted(textwrap.dedent(code.replace("SIZE", str(500 << 20))))
+            assert pool.memory_kills >= 1
+        finally:
+            session.close()

@@ -43,6 +43,7 @@ class HardeningConfig:
     rlimits: bool = True
     read_paths: tuple[str, ...] = field(default_factory=tuple)
     pids_cgroup: str = ""  # the pool's pids cgroup as this process sees it; "" = none could be had
+    memory_cgroup: str = ""  # the pool's memory cgroup likewise (``memory.py``); "" = none
     max_pids: int = 64
 
 
@@ -152,6 +153,19 @@ def join_pids_cgroup(cfg: HardeningConfig, slot: int) -> str:
     return f"skipped: {why}; RLIMIT_NPROC {cfg.max_pids} instead (per uid, void for uid 0)"
 
 
+def join_memory_cgroup(cfg: HardeningConfig, slot: int) -> str:
+    """Move this process into its slot's memory cgroup, where the kernel charges everything it brings in (shared and
+    SysV memory included) and the watchdog reads it; without one, the watchdog reads the process's maps."""
+    if not cfg.memory_cgroup:
+        return "skipped: no memory cgroup controller; the watchdog reads smaps_rollup instead"
+    try:
+        with open(os.path.join(cfg.memory_cgroup, f"slot-{slot}", "cgroup.procs"), "w") as f:
+            f.write("0")
+    except OSError as exc:
+        return f"failed: joining the memory cgroup failed ({exc.strerror or exc}); the watchdog reads smaps_rollup"
+    return "active"
+
+
 def drop_bounding_set() -> None:
     """Empty the capability bounding set (needs CAP_SETPCAP, which the jailed zygote keeps for this; without it each
     drop fails quietly): no later exec of a file with capabilities could give any back."""
@@ -184,6 +198,7 @@ def harden(cfg: HardeningConfig, slot: int, keep_fd: int, parent: int) -> dict[s
         report["pids"] = join_pids_cgroup(cfg, slot)
     except (OSError, ValueError) as exc:
         report["pids"] = f"failed: {exc}"
+    report["memory_cgroup"] = join_memory_cgroup(cfg, slot)
     if cfg.rlimits:
         try:
             apply_rlimits(cfg)

@@ -37,6 +37,7 @@ import sys
 import sysconfig
 
 JAIL_PIDS = "/run/mechsandbox-pids"  # where the pool's pids cgroup is bound inside the jail
+JAIL_MEMORY = "/run/mechsandbox-memory"  # and its memory cgroup (``memory.py``)
 NAMESPACE_FLAGS = ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try")
 # What the zygote keeps: the per-slot uid drop (SETUID, SETGID), each worker's own namespaces (SYS_ADMIN, worker_ns.py)
 # and emptying a worker's bounding set (SETPCAP). Every worker drops them all before it runs a session's code.
@@ -68,7 +69,9 @@ def _outermost(paths: list[str]) -> list[str]:
     return kept
 
 
-def bwrap_argv(bwrap: str, workdir: str, pids_dir: str | None, binds: list[str] | None = None) -> list[str]:
+def bwrap_argv(
+    bwrap: str, workdir: str, pids_dir: str | None, binds: list[str] | None = None, memory_dir: str | None = None
+) -> list[str]:
     """The bubblewrap command line that runs the zygote (append the interpreter's argv)."""
     argv = [bwrap, *NAMESPACE_FLAGS, "--die-with-parent", "--as-pid-1", "--new-session"]
     if os.geteuid() != 0:
@@ -95,9 +98,10 @@ def bwrap_argv(bwrap: str, workdir: str, pids_dir: str | None, binds: list[str] 
             argv += ["--ro-bind", os.path.realpath(path), path]
         made.add(path)
     argv += ["--chdir", workdir]
-    if pids_dir is not None:
-        parents(JAIL_PIDS)
-        argv += ["--bind", pids_dir, JAIL_PIDS]
+    for host, inside in ((pids_dir, JAIL_PIDS), (memory_dir, JAIL_MEMORY)):
+        if host is not None:
+            parents(inside)
+            argv += ["--bind", host, inside]
     return argv
 
 
@@ -157,7 +161,7 @@ class PidsCgroup:
         reasons = []
         for version, base, relative in cls._candidates():
             name = f"mechsandbox-{os.getpid()}-{next(_POOL_NUMBERS)}"
-            cls._remove_stale(base)
+            remove_stale(base)
             try:
                 if version == 2:
                     with open(os.path.join(base, "cgroup.subtree_control"), "w") as f:
@@ -196,14 +200,6 @@ class PidsCgroup:
                     found.append((1, mount + relative.rstrip("/"), relative.rstrip("/")))
         return found
 
-    @staticmethod
-    def _remove_stale(base: str) -> None:
-        """Groups left by servers that died without closing their pool (SIGKILL)."""
-        with contextlib.suppress(OSError):
-            for name in os.listdir(base):
-                owner = name.split("-")[1] if name.startswith("mechsandbox-") else ""
-                if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
-                    _remove_tree(os.path.join(base, name))
 
     def prepare_slot(self, slot: int) -> None:
         if slot in self.prepared:
@@ -254,6 +250,15 @@ class PidsCgroup:
 
     def remove(self, wait: float = 2.0) -> None:
         _remove_tree(self.root, wait)
+
+
+def remove_stale(base: str) -> None:
+    """Groups left by servers that died without closing their pool (SIGKILL): ``mechsandbox-<pid>-...``."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(base):
+            owner = name.split("-")[1] if name.startswith("mechsandbox-") else ""
+            if owner.isdigit() and not os.path.exists(f"/proc/{owner}"):
+                _remove_tree(os.path.join(base, name))
 
 
 def _remove_tree(root: str, wait: float = 0.0) -> None:

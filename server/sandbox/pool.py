@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...jsonvalue import AnswerError, check_json_value
-from . import jail
+from . import jail, memory
 from .frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
@@ -394,6 +394,8 @@ class ZygoteProcess:
 
     def __init__(self, settings: SandboxSettings, workdir: str, cgroup: jail.PidsCgroup | None = None):
         self.settings, self.cgroup = settings, cgroup
+        self.memory_cgroup: memory.MemoryCgroup | None = None
+        self.memory_accounting = "not started"
         bwrap, self.namespaces = jail.probe() if settings.namespaces else (None, "skipped: disabled by configuration")
         if bwrap is not None:
             try:
@@ -410,6 +412,15 @@ class ZygoteProcess:
         control, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)  # the zygote's host pid, from the kernel
         pids_cgroup = "" if cgroup is None else jail.JAIL_PIDS if bwrap else cgroup.root
+        if self.memory_cgroup is None:  # one per zygote: its workers' slots, read by the watchdog (memory.py)
+            self.memory_cgroup, detail = memory.MemoryCgroup.create()
+            self.memory_accounting = (
+                f"memory cgroup ({detail}): anonymous, shared and SysV memory per worker"
+                if self.memory_cgroup is not None
+                else f"smaps_rollup (anonymous + proportional shared memory per worker): {detail}"
+            )
+        memcg = self.memory_cgroup
+        memory_cgroup = "" if memcg is None else jail.JAIL_MEMORY if bwrap else memcg.root
         hardening = {
             "workdir": workdir,
             "address_space": 0,
@@ -419,6 +430,7 @@ class ZygoteProcess:
             "seccomp": settings.seccomp,
             "rlimits": settings.rlimits,
             "pids_cgroup": pids_cgroup,
+            "memory_cgroup": memory_cgroup,
             "max_pids": settings.max_pids,
         }
         config = {
@@ -436,7 +448,8 @@ class ZygoteProcess:
         }
         argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)]
         if bwrap is not None:
-            argv = jail.bwrap_argv(bwrap, workdir, cgroup.root if cgroup else None) + argv
+            memory_dir = memcg.root if memcg else None
+            argv = jail.bwrap_argv(bwrap, workdir, cgroup.root if cgroup else None, memory_dir=memory_dir) + argv
         started = time.perf_counter()
         self.process = subprocess.Popen(
             argv,
@@ -476,6 +489,8 @@ class ZygoteProcess:
             try:
                 if self.cgroup is not None:
                     self.cgroup.prepare_slot(slot)
+                if self.memory_cgroup is not None:
+                    self.memory_cgroup.prepare_slot(slot)
                 self.control.send(json.dumps({"op": "spawn", "slot": slot}).encode())
                 data, fds, _flags, _addr = socket.recv_fds(self.control, 65536, 1)
             except OSError as exc:
@@ -498,6 +513,9 @@ class ZygoteProcess:
             self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
+        if self.memory_cgroup is not None:  # its workers die with it (PID 1 of the jail, or the parent-death signal)
+            self.memory_cgroup.remove(wait=2.0)
+            self.memory_cgroup = None
 
 
 @dataclass
