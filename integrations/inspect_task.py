@@ -17,6 +17,12 @@ Inspect's own ``mockllm/model`` runs it too once tiktoken's ``o200k_base`` encod
 tokens with it and downloads it on first use); it never calls a tool, so every sample ends at the message limit
 with the floor score.
 
+An episode the infrastructure lost (the server, its sandbox or database, a full or draining server, a server that
+stopped answering) is not scored: the tool call, or the setup, raises ``protocol.InfrastructureError`` naming the
+side, which Inspect records as the sample's error, so it is in no metric; ``inspect eval --retry-on-error N`` plays
+such a sample again. On the test split a sample lost after its episode had started is then a replay the server does
+not count (a run gets no second try): only one lost before its first observation is safely retried.
+
 Why not Inspect's MCP tool source (``mcp_server_http``): it speaks the streamable-HTTP transport and keeps one
 MCP session per server, while an episode is an OpenEnv session of its own; four plain tools over JSON-RPC keep one
 session per sample and need no extra transport.
@@ -48,7 +54,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 from inspect_ai.tool import ToolChoice, ToolDef, ToolError, ToolInfo, ToolParams
 from inspect_ai.util import store
 
-from ..protocol import FLOOR
+from ..protocol import FLOOR, InfrastructureError
 from .mcp_client import (
     INSTRUCTIONS,
     McpError,
@@ -59,6 +65,7 @@ from .mcp_client import (
     tool_text,
     wait_for_capacity,
 )
+from .mcp_infra import infrastructure_error, refused_by_infrastructure
 
 CAPACITY_WAIT_S = 300.0  # how long a sample waits for a session when the server is at its session cap
 SESSION_KEY, URL_KEY, STATE_KEY = "mechsandbox:session_id", "mechsandbox:url", "mechsandbox:state"
@@ -74,20 +81,39 @@ async def open_session(url: str) -> str:
         try:
             return (await rpc(url, "openenv/session/create", {}, RPC_TIMEOUT_S))["session_id"]
         except McpError as exc:
-            delay = wait_for_capacity(exc, delays)
+            failure = infrastructure_error(exc, started=False)
+            if failure is not None:
+                raise failure from None
+            try:
+                delay = wait_for_capacity(exc, delays)
+            except McpError:
+                if exc.at_capacity:  # full for the whole wait: the server's side, and nothing was started
+                    raise InfrastructureError("capacity", f"{exc} after waiting {CAPACITY_WAIT_S:g} s") from None
+                raise
         await anyio.sleep(delay)
 
 
 async def call_tool(name: str, arguments: dict[str, Any]) -> str:
     """Call one episode tool for this sample's session; a refusal becomes Inspect's ``ToolError`` (the model sees
-    it and may try again), and the episode's state (step, done, score) is kept in the sample's store."""
+    it and may try again), and the episode's state (step, done, score) is kept in the sample's store. A failure of
+    the infrastructure raises ``InfrastructureError``: the sample's error, never a score."""
     url, session_id = store().get(URL_KEY), store().get(SESSION_KEY)
     if session_id is None:
         raise McpError("no MechSandbox session: add start_episode() to the task's setup")
-    result = await rpc(url, "tools/call", {"name": name, "arguments": arguments, "session_id": session_id},
-                       RPC_TIMEOUT_S)
+    started = name != "start_episode"
+    try:
+        result = await rpc(url, "tools/call", {"name": name, "arguments": arguments, "session_id": session_id},
+                           RPC_TIMEOUT_S)  # fmt: skip
+    except McpError as exc:
+        failure = infrastructure_error(exc, started)
+        if failure is not None:
+            raise failure from None
+        raise
     text = tool_text(result)
     if result.get("isError"):
+        side = refused_by_infrastructure(name, text)
+        if side is not None:  # the server's side refused the call (as a tool error, from a server before JSON-RPC's)
+            raise InfrastructureError(side, text.partition(": ")[2], started=started)
         raise ToolError(text)
     if result.get("structuredContent"):
         store().set(STATE_KEY, result["structuredContent"])

@@ -29,15 +29,21 @@ What each way a rollout can go wrong gives (tests/test_trl.py runs them through 
   no answer is graded the reward is 0.01;
 - the rollout ends (no more tool calls, TRL's ``max_tool_calling_iterations`` or the completion length) before an
   answer is graded: 0.01;
+- the infrastructure fails (docs/CONTRACT.md, "Harnesses and infrastructure errors"): the rollout is a sample the
+  trainer drops, never a reward. ``get_reward`` returns None (TRL then leaves the rollout out of its group's
+  baseline and gives it no advantage) and ``infrastructure_error`` says why. A start the server refuses for its own
+  reason (an instance it could not make, a worker it could not load, a drain, its database) is tried again from a
+  fresh session ``retries`` times with a backoff before the rollout is given up; a tool call the server fails that
+  way raises ``protocol.InfrastructureError``, which TRL shows the model as the tool's result;
 - the server goes away or stops answering (``timeout_s``): the tool call raises :class:`ServerUnavailable`; the
   process remembers the server as down (a proxy's 502/503/504 counts too), so every later call of every rollout
   fails at once with that line (a batch waits one timeout, not one per rollout), closes are skipped (the sessions
-  are closed when it answers again), and ``get_reward`` of a rollout that met it before any grade raises it:
-  training stops with one line instead of learning from rewards that were never graded (a rollout graded before
-  the outage keeps its reward). A ``reset`` after that probes the server for 5 s and raises the same way unless it
-  answers again. ``reset`` also raises for
-  a row the server refuses (an unknown task; no session is left open) and when the server stays at its session
-  cap for ``capacity_wait_s``.
+  are closed when it answers again), and ``get_reward`` of a rollout that met it before any grade returns None (a
+  rollout graded before the outage keeps its reward). A ``reset`` after that probes the server for 5 s and raises
+  the same way unless it answers again: a server that stays down stops training with one line instead of
+  dropping every sample. ``reset`` also raises for a row the server refuses (an unknown task; no session is left
+  open) and when the server stays at its session cap for ``capacity_wait_s`` (a generation batch larger than the
+  cap cannot be waited out).
 
 Nothing here imports torch or the task registry, so a trainer on one machine can play on a server on another.
 """
@@ -52,7 +58,8 @@ from typing import Any
 
 import httpx
 
-from ..protocol import FLOOR
+from ..agents.base import BACKOFF_S, RETRIES
+from ..protocol import FLOOR, InfrastructureError
 from .mcp_client import (
     INSTRUCTIONS,
     McpError,
@@ -65,6 +72,7 @@ from .mcp_client import (
     unavailable,
     wait_for_capacity,
 )
+from .mcp_infra import infrastructure_error, refused_by_infrastructure
 
 __all__ = ["MechSandboxEnv", "ServerUnavailable", "ToolRefused", "environment_factory", "episode_dataset"]
 
@@ -123,13 +131,15 @@ class MechSandboxEnv:
             larger than the server's cap cannot be waited out: it fails with the cap's message after this long.
     """
 
-    def __init__(self, url: str | None = None, *, timeout_s: float = 120.0, capacity_wait_s: float = 30.0):
+    def __init__(self, url: str | None = None, *, timeout_s: float = 120.0, capacity_wait_s: float = 30.0,
+                 retries: int = RETRIES, backoff_s: float = BACKOFF_S):  # fmt: skip
         self._url = server_url(url)
         self._rpc = SyncRpc(self._url, timeout_s)
         self._capacity_wait_s = capacity_wait_s
+        self._retries, self._backoff_s = retries, backoff_s
         self._sessions: list[str] = []  # the open session (at most one), as a list the finalizer can read
         self._state: dict[str, Any] = {}  # the episode's state from the last tool call (done, score, step, ...)
-        self._lost: ServerUnavailable | None = None  # set when the server stopped answering during this rollout
+        self._lost: McpError | InfrastructureError | None = None  # the infrastructure failed during this rollout
         weakref.finalize(self, _finish, self._rpc, self._sessions)
         self._check_server(timeout_s)
 
@@ -142,16 +152,28 @@ class MechSandboxEnv:
             raise ValueError("MechSandboxEnv trains on the train split only: a row with split test, an index or a "
                              "run_token names a test instance; give rows task_id, level and seed")
         self._end_episode()  # a previous rollout whose reward was never read
-        self._state, self._lost = {}, None
-        if self._url in _down:
-            self._check_server(PROBE_TIMEOUT_S)  # back? then go on; still down: raise at once
-        self._sessions.append(self._open_session())
         start = {name: row[name] for name in START_COLUMNS if row.get(name) is not None}
-        try:
-            text = self._call("start_episode", start)
-        except McpError:
-            self._end_episode()  # a refused row leaves no session behind
-            raise
+        attempt = 0
+        while True:
+            self._state, self._lost = {}, None
+            if self._url in _down:
+                self._check_server(PROBE_TIMEOUT_S)  # back? then go on; still down: raise at once
+            try:
+                self._sessions.append(self._open_session())
+                text = self._call("start_episode", start)
+                break
+            except InfrastructureError as exc:  # the server's side, before the first observation: safe to retry
+                self._end_episode()
+                if attempt >= self._retries:
+                    self._lost = exc  # given up: the rollout is dropped (get_reward is None)
+                    text = (f"The episode could not be started ({exc}); nothing you do in it is scored. "
+                            "Reply without calling a tool.")  # fmt: skip
+                    break
+                time.sleep(self._backoff_s * 2**attempt)
+                attempt += 1
+            except McpError:
+                self._end_episode()  # a refused row leaves no session behind
+                raise
         return f"\n\n{text}" if _has_text(prompt) else text
 
     def run_python(self, code: str) -> str:
@@ -185,15 +207,16 @@ class MechSandboxEnv:
         """Show the task again with the steps used and left, and whether the episode has ended. Free: no step."""
         return self._call("describe_task", {})
 
-    def get_reward(self) -> float:
-        """The episode's graded score; the floor (0.01) when no answer was graded. Closes the rollout's session
-        (``episode_state`` stays readable until the next ``reset``, for reward functions that run after this).
-        Raises :class:`ServerUnavailable` when the server stopped answering during a rollout it had not graded."""
+    def get_reward(self) -> float | None:
+        """The episode's graded score; the floor (0.01) when no answer was graded; None (a sample the trainer
+        drops) when the infrastructure failed before a grade (``infrastructure_error`` says how). Closes the
+        rollout's session (``episode_state`` stays readable until the next ``reset``, for reward functions that run
+        after this)."""
         self._end_episode()
         if self._state.get("done") and self._state.get("score") is not None:
-            return float(self._state["score"])  # graded before the server went away: a real reward
+            return float(self._state["score"])  # graded before the infrastructure failed: a real reward
         if self._lost is not None:
-            raise self._lost
+            return None
         return FLOOR
 
     # -- for reward functions and logging (properties: TRL offers only methods as tools) ----------------------
@@ -201,6 +224,11 @@ class MechSandboxEnv:
     def episode_state(self) -> dict[str, Any]:
         """The episode's state as of the last tool call (task_id, level, step, max_steps, done, score, ...)."""
         return dict(self._state)
+
+    @property
+    def infrastructure_error(self) -> str | None:
+        """Why this rollout is dropped (its ``get_reward`` is None): the infrastructure failure, or None."""
+        return None if self._lost is None else str(self._lost)
 
     @property
     def url(self) -> str:
@@ -236,6 +264,9 @@ class MechSandboxEnv:
             except ServerUnavailable as exc:
                 raise self._mark_down(exc) from None
             except McpError as exc:
+                failure = infrastructure_error(exc, started=False)
+                if failure is not None:
+                    raise failure from None
                 try:
                     delay = wait_for_capacity(exc, delays)
                 except McpError:
@@ -258,15 +289,24 @@ class MechSandboxEnv:
         if not self._sessions:
             raise ToolRefused(f"{name}: no episode is running (the environment's reset starts one)")
         params = {"name": name, "arguments": arguments, "session_id": self._sessions[-1]}
+        started = name != "start_episode"
         try:
             result = self._rpc("tools/call", params)
         except ServerUnavailable as exc:
             self._lost = self._mark_down(exc)
             raise
-        except McpError as exc:  # refused before the tool ran: too large, too nested, a reaped session
-            raise ToolRefused(str(exc), exc.code, exc.data) from None
+        except McpError as exc:  # the server's own failure, or refused before the tool ran (too large, reaped, ...)
+            failure = infrastructure_error(exc, started)
+            if failure is None:
+                raise ToolRefused(str(exc), exc.code, exc.data) from None
+            self._lost = failure
+            raise failure from None
         text = tool_text(result)
         if result.get("isError"):
+            side = refused_by_infrastructure(name, text)
+            if side is not None:  # the server refused for its own reason (a server before JSON-RPC's form)
+                self._lost = InfrastructureError(side, text.partition(": ")[2], started=started)
+                raise self._lost
             raise ToolRefused(text)
         if result.get("structuredContent"):
             self._state = result["structuredContent"]

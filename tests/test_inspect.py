@@ -158,3 +158,51 @@ def test_bad_calls_are_tool_errors_and_the_budget_ends_the_episode(server, tmp_p
     assert score.explanation == "the step budget ran out" and score.value == pytest.approx(0.01)
     assert score.metadata["step"] == budget  # the refused calls spent nothing
     assert open_sessions(server) == 0
+
+
+def _outputs_that_kill(server, before: list, after: list):
+    """The mockllm turns ``before``, then the server is killed (SIGKILL: a crash, an OOM kill), then ``after``."""
+    yield from _scripted(before)
+    server.process.kill()
+    server.process.wait(timeout=30)
+    yield from _scripted(after)
+
+
+def test_a_server_lost_mid_sample_is_the_samples_infrastructure_error_never_a_score(tmp_path) -> None:
+    """The server dies after the sample's first snippet: the next tool call raises InfrastructureError (connection),
+    which Inspect records as the sample's error (no score, so in no metric) and retries with --retry-on-error; the
+    retry cannot start its episode either (nobody listens) and fails the same way, before its first observation."""
+    with running_server(tmp_path) as doomed:
+        turns = _outputs_that_kill(doomed, [("run_python", {"code": "print(6 * 7)"})],
+                                   [("run_python", {"code": "print(1)"})])  # fmt: skip
+        model = get_model("mockllm/model", custom_outputs=turns)
+        [log] = inspect_eval(mechsandbox(tasks="dead-neurons", url=doomed.url), model=model, log_dir=str(tmp_path),
+                             display="none", retry_on_error=1)  # fmt: skip
+    assert log.status == "error"
+    [sample] = read_eval_log(log.location).samples
+    assert not sample.scores  # never scored: not the floor, nothing for a metric to average
+    assert sample.error is not None and "InfrastructureError" in sample.error.traceback
+    assert "infrastructure error (connection)" in sample.error.message
+    assert [e.message for e in sample.error_retries or []] and all(
+        "infrastructure error (connection)" in e.message for e in sample.error_retries or []
+    )  # the first attempt's error, retried by Inspect
+
+
+def test_mcp_errors_that_name_the_infrastructure_map_to_it() -> None:
+    """The wire form of docs/CONTRACT.md (a JSON-RPC error with INFRA_RPC_CODE and data naming the side; a tool
+    error from a server that refused the call for its own reason) against refusals that are the agent's."""
+    from mechsandbox.integrations.mcp_client import McpError, ServerUnavailable
+    from mechsandbox.integrations.mcp_infra import infrastructure_error, refused_by_infrastructure
+    from mechsandbox.protocol import INFRA_CODE, INFRA_RPC_CODE, InfrastructureError, infra_message
+
+    text = infra_message("generation", "the instance took too long")
+    named = infrastructure_error(McpError(f"tools/call: {text} (code {INFRA_RPC_CODE})", INFRA_RPC_CODE,
+                                          {"code": INFRA_CODE, "side": "generation"}), started=False)  # fmt: skip
+    assert isinstance(named, InfrastructureError) and named.side == "generation" and not named.started
+    assert str(named).startswith("infrastructure error (generation): the instance took too long")
+    gone = infrastructure_error(ServerUnavailable("tools/call: the server did not answer"), started=True)
+    assert gone is not None and gone.side == "connection" and gone.started
+    assert infrastructure_error(McpError("tools/call: unknown session (code -32602)", -32602), started=True) is None
+    assert refused_by_infrastructure("start_episode", f"start_episode: {text}") == "generation"
+    assert refused_by_infrastructure("run_python", f"1\n{text}") is None  # a result's notice, not a refusal
+    assert refused_by_infrastructure("run_python", "run_python: code is larger than 65536 bytes") is None

@@ -5,6 +5,7 @@ hangs, a full server), each giving the floor or one raised line, never a hang.""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -56,7 +57,7 @@ class Recording(MechSandboxEnv):
 
     seen: ClassVar[list[tuple[dict[str, Any], float]]] = []
 
-    def get_reward(self) -> float:
+    def get_reward(self) -> float | None:
         state = self.episode_state
         reward = super().get_reward()
         Recording.seen.append((state, reward))
@@ -216,9 +217,8 @@ def test_a_full_a_hung_and_a_gone_server_each_fail_fast_with_one_line(tmp_path) 
             started = time.monotonic()
             with pytest.raises(ServerUnavailable, match="did not answer"):
                 second.describe_task()
-            for env in (first, second):  # both met the dead server: their rewards were never graded
-                with pytest.raises(ServerUnavailable, match="did not answer"):
-                    env.get_reward()
+            for env in (first, second):  # both met the dead server: never graded, so samples to drop, not a reward
+                assert env.get_reward() is None and "did not answer" in (env.infrastructure_error or "")
             assert third.get_reward() == FLOOR  # no call after the hang: nothing graded, its close not waited on
             assert time.monotonic() - started < 1  # all at once: no second timeout, no close
             with pytest.raises(ServerUnavailable, match="health"):
@@ -230,13 +230,22 @@ def test_a_full_a_hung_and_a_gone_server_each_fail_fast_with_one_line(tmp_path) 
         assert "7" in back.run_python("print(7)") and back.get_reward() == FLOOR
         assert open_sessions(doomed.url) == 0  # the three left open while it hung were closed when it came back
 
-        # gone mid-rollout, in GRPOTrainer: both episodes started, then the server stops
+
+def test_a_server_gone_mid_rollout_gives_samples_the_trainer_drops(tmp_path) -> None:
+    """In GRPOTrainer, both episodes of the group start, then the server stops (a crash, a redeploy). Both rollouts
+    are samples the trainer drops (reward None: no advantage, no logged reward), never the floor; the next reset
+    finds the server still down and stops training with one line."""
+    with running_server(tmp_path) as doomed:
         StopsTheServer.server, StopsTheServer.resets = doomed, 0
         started = time.monotonic()
-        with pytest.raises(ServerUnavailable, match="did not answer"):
-            grpo_step(lambda: StopsTheServer(doomed.url), ("run_python", {"code": "print(1)"}), tmp_path)
+        logged = grpo_step(lambda: StopsTheServer(doomed.url), ("run_python", {"code": "print(1)"}), tmp_path)
         assert time.monotonic() - started < 120
-        assert StopsTheServer.resets == 2  # both episodes had started: the error came from the running rollouts
+    assert StopsTheServer.resets == 2  # both episodes had started: the failure met the running rollouts
+    assert [reward for _, reward in Recording.seen] == [None, None]
+    mean = env_reward(logged)
+    assert mean is None or math.isnan(mean)  # TRL left both out of its reward statistics (it logs NaN as None)
+    with pytest.raises(ServerUnavailable, match="did not answer"):
+        MechSandboxEnv(doomed.url)
 
 
 def test_a_server_that_never_answers_times_out() -> None:
