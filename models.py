@@ -96,6 +96,12 @@ class MechSandboxObservation(Observation):
         "instance (false: a later attempt or practice, shown the floor); null when no run is involved",
     )
     run_id: str | None = Field(default=None, description="The run this test episode plays for, if any")
+    resume_token: str | None = Field(
+        default=None,
+        description="Reset only: the capability to resume this episode after a dropped connection (reset with "
+        "resume=<token>, same client, within MECHSANDBOX_RESUME_GRACE_S); keep it private",
+    )
+    resumed: bool = Field(default=False, description="True on the reply to a resume: the episode's last observation")
 
 
 class MechSandboxState(State):

@@ -249,7 +249,10 @@ class ServerSettings(_EnvSettings):
     trusted_proxy: str = setting(
         "", "address or network of the reverse proxy whose `X-Forwarded-For` names the client; empty = none"
     )
-    unreset_timeout_s: float = setting(30.0, "sessions never reset or stepped are reaped after this long", minimum=1)
+    unreset_timeout_s: float = setting(30.0, "sessions never reset or stepped are reaped after this long (a reset "
+                                       "still generating counts as use)", minimum=1)  # fmt: skip
+    resume_grace_s: float = setting(120.0, "how long an episode whose WebSocket went away is kept for a resume "
+                                    "(reset with resume=<token>); 0 = closed at once", minimum=0)  # fmt: skip
     rate_limit: float = setting(0.0, "steps per second per session, 429 past it; 0 = off", minimum=0)
     max_body_bytes: int = setting(256 * 1024, "request bodies and WebSocket messages; 413 past it", minimum=1024)
     default_task: str = setting("dead-neurons", "task of a reset that names none (an id from `mechsandbox tasks`)")
@@ -258,8 +261,10 @@ class ServerSettings(_EnvSettings):
         0, "step budget of every train episode (test episodes keep the family's); 0 = the family budgets", minimum=0
     )
     log_level: str = setting("info", "uvicorn and server logging", choices=LOG_LEVELS)
-    data_dir: str = setting("./mechsandbox-data", "folder of the embedded SQLite results database (runs and counted "
-                            "attempts); an unwritable one falls back to a named temporary folder")  # fmt: skip
+    data_dir: str = setting("", "folder of the embedded SQLite results database (runs and counted attempts); empty = "
+                            "the per-user state folder `$XDG_STATE_HOME/mechsandbox` (else `~/.local/state/"
+                            "mechsandbox`), made mode 0700 and never inside the sandbox's view; an unwritable one "
+                            "falls back to a named temporary folder")  # fmt: skip
     database_url: str = setting("", "results database, e.g. `postgresql://user:pw@host/db` (replicas share one "
                                 "leaderboard); empty = SQLite in `MECHSANDBOX_DATA_DIR`")  # fmt: skip
     practice: bool = setting(False, "with a fixed salt, allow test-split resets without a run: played, never scored")

@@ -42,7 +42,7 @@ def wilson_interval(mean: float, n: int, z: float = Z95) -> tuple[float, float]:
 
 
 def counted_score(attempt: Attempt) -> float:
-    """What an attempt counts for: its score once graded, the floor while open, truncated or abandoned."""
+    """What an attempt counts for: its score once graded, the floor while open, truncated, abandoned or lost."""
     return attempt.score if attempt.status == "graded" and attempt.score is not None else FLOOR
 
 
@@ -61,6 +61,9 @@ def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[s
 def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str], levels: Sequence[str]) -> dict:
     """One run's row: per-family and overall means with intervals, coverage, versions, completeness."""
     attempts = [a for a in attempts if 0 <= a.instance_index < run.standard_set]  # a run plays only the set
+    voids = sum(a.voids for a in attempts) + sum(1 for a in attempts if a.status == "voided")
+    lost = sum(1 for a in attempts if a.status == "lost")
+    attempts = [a for a in attempts if a.status != "voided"]  # not played yet: the server voided it before any step
     by_family: dict[tuple[str, str], list[Attempt]] = defaultdict(list)
     for attempt in attempts:
         by_family[(attempt.task_id, attempt.family_version)].append(attempt)
@@ -105,6 +108,8 @@ def run_entry(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str]
             "standard_set": len(wanted),
             "attempted": covered,
             "open": sum(1 for a in attempts if a.status == "open"),
+            "voided": voids,  # attempts the server lost before the agent's first step (each may be played again)
+            "lost": lost,  # attempts the server lost after it (each counts at the floor)
             "unfinished_by_task_level": missing,
         },
         "salt_fingerprint": run.salt_fingerprint,

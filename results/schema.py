@@ -55,10 +55,11 @@ class AttemptRow(Base):
     level: Mapped[str] = mapped_column(String(16))
     instance_index: Mapped[int] = mapped_column(Integer)
     instance_id: Mapped[str] = mapped_column(String(64))
-    status: Mapped[str] = mapped_column(String(16))  # open, graded, truncated, abandoned
+    status: Mapped[str] = mapped_column(String(16))  # open, graded, truncated, abandoned, lost, voided
     score: Mapped[float | None] = mapped_column(Float, nullable=True)
     steps: Mapped[int] = mapped_column(Integer, default=0)
     seconds: Mapped[float] = mapped_column(Float, default=0.0)
     trajectory: Mapped[Any] = mapped_column(JSON, nullable=True)
     started_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    voids: Mapped[int] = mapped_column(Integer, default=0, server_default="0")  # times the server voided it (0002)

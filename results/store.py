@@ -37,7 +37,10 @@ log = logging.getLogger("mechsandbox.results")
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 DB_FILE = "results.sqlite"
 PG_MIGRATION_LOCK = 0x6D656368  # advisory-lock key held while one replica migrates a shared PostgreSQL
-STATUSES = ("open", "graded", "truncated", "abandoned")
+# How an attempt ends: graded, truncated (out of steps) or abandoned (the client left it) by the agent's doing; lost
+# (the server ended it after the agent's first step: it counts at the floor, never a second try) or voided (the server
+# ended it before any step: the run may claim the instance again) by the server's (docs/CONTRACT.md).
+STATUSES = ("open", "graded", "truncated", "abandoned", "lost", "voided")
 
 
 class ResultsUnavailable(Exception):
@@ -78,6 +81,7 @@ class Attempt:
     seconds: float
     started_at: float
     finished_at: float | None
+    voids: int = 0
     trajectory: Any = None
 
 
@@ -105,9 +109,20 @@ def normalise_url(url: str) -> str:
     return url
 
 
+def default_data_dir() -> Path:
+    """The per-user state folder for the results database: ``$XDG_STATE_HOME/mechsandbox``, else
+    ``~/.local/state/mechsandbox``. Why not the working directory (the old default, ``./mechsandbox-data``): there the
+    database of every counted answer lay in the checkout, which the sandbox's jail used to show its workers, and was
+    as readable as the checkout (issue 53)."""
+    state = os.environ.get("XDG_STATE_HOME", "")
+    base = Path(state) if os.path.isabs(state) else Path.home() / ".local" / "state"
+    return base / "mechsandbox"
+
+
 def writable_dir(path: Path) -> bool:
+    """Create ``path`` (the last folder mode 0700: it holds the results) and check that a file can be made in it."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
         probe = path / f".write-test-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
@@ -121,7 +136,8 @@ def resolve_database_url(database_url: str, data_dir: str, salt_is_random: bool)
 
     An explicit ``database_url`` wins. A server with a random salt keeps its runs in a temporary SQLite database
     (nothing it scores is comparable after it stops, and test servers must not litter the working folder).
-    Otherwise SQLite in ``data_dir``, or, where that is not writable (a read-only container), in a per-user folder
+    Otherwise SQLite in ``data_dir`` (empty: ``default_data_dir()``), or, where that is not writable (a read-only
+    container), in a per-user folder
     under the system's temporary directory, named in the note.
     """
     if database_url:
@@ -130,7 +146,7 @@ def resolve_database_url(database_url: str, data_dir: str, salt_is_random: bool)
         folder = Path(tempfile.mkdtemp(prefix="mechsandbox-results-"))
         note = f"random test salt: runs are kept in a temporary database ({folder}) and deleted at exit"
         return f"sqlite:///{folder / DB_FILE}", note, folder
-    wanted = Path(data_dir).expanduser().resolve()
+    wanted = Path(data_dir).expanduser().resolve() if data_dir else default_data_dir()
     if writable_dir(wanted):
         return f"sqlite:///{wanted / DB_FILE}", None, None
     fallback = Path(tempfile.gettempdir()) / f"mechsandbox-data-{os.getuid()}"
@@ -294,14 +310,34 @@ class ResultStore:
             with self._session() as session:
                 session.add(row)
         except IntegrityError:
-            return None
+            return self._reclaim_voided(run_id, instance_id, family_version)
         return row.id
+
+    def _reclaim_voided(self, run_id: str, instance_id: str, family_version: str) -> int | None:
+        """Reopen the run's voided attempt at the instance (one the server lost before any step): its id, or None when
+        the run's attempt there is not voided (a replay, never counted)."""
+        with self._session() as session:
+            voided = select(AttemptRow).where(
+                AttemptRow.run_id == run_id, AttemptRow.instance_id == instance_id, AttemptRow.status == "voided"
+            )
+            row = session.scalars(voided).first()
+            if row is None:
+                return None
+            result = session.execute(
+                update(AttemptRow)
+                .where(AttemptRow.id == row.id, AttemptRow.status == "voided")
+                .values(
+                    status="open", score=None, steps=0, seconds=0.0, trajectory=None, family_version=family_version,
+                    started_at=time.time(), finished_at=None, voids=AttemptRow.voids + 1,
+                )
+            )
+            return row.id if int(getattr(result, "rowcount", 0)) == 1 else None
 
     def finish(self, attempt_id: int, status: str, score: float, steps: int, seconds: float,
                trajectory: list[dict[str, Any]] | None) -> bool:  # fmt: skip
         """Write an attempt's end; False when it had already ended (only an open attempt can finish)."""
         if status not in STATUSES[1:]:
-            raise ValueError(f"an attempt ends graded, truncated or abandoned, not {status!r}")
+            raise ValueError(f"an attempt ends {', '.join(STATUSES[1:])}, not {status!r}")
         values = {"status": status, "score": score, "steps": steps, "seconds": seconds, "trajectory": trajectory,
                   "finished_at": time.time()}  # fmt: skip
         with self._session() as session:
@@ -336,4 +372,4 @@ class ResultStore:
 
 
 ATTEMPT_COLUMNS = ("id", "run_id", "task_id", "family_version", "level", "instance_index", "instance_id", "status",
-                   "score", "steps", "seconds", "started_at", "finished_at")  # ``Attempt``'s fields, in order
+                   "score", "steps", "seconds", "started_at", "finished_at", "voids")  # ``Attempt``'s fields, in order

@@ -35,10 +35,11 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
 from ..openenv_core import ConcurrencyConfig, HTTPEnvServer, SessionCapacityError, serialize_observation
-from ..protocol import one_line
+from ..protocol import INFRA_CODE, infra_side, one_line
 from ..results import ResultsUnavailable
 from . import clients
-from .episode import EpisodeError
+from .episode import EpisodeError, InfraFailure
+from .infra_frames import InfraErrorFrames
 from .limits import RequestLimits
 from .mcp import McpRoute
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
@@ -78,8 +79,9 @@ class SharedCapServer(HTTPEnvServer):
         total = self.active_sessions + self.service.http_count()
         if total >= settings.session_cap:
             raise SessionCapacityError(active_sessions=total, max_sessions=settings.session_cap)
+        client = clients.current()
         try:
-            ticket = self.service.admit(clients.current())
+            ticket = self.service.admit(client)
         except CapacityError as exc:
             raise SessionCapacityError(total, settings.session_cap, one_line(str(exc))) from None
         try:
@@ -88,6 +90,8 @@ class SharedCapServer(HTTPEnvServer):
             self.service.release(ticket)
             raise
         self.service.bind(ticket, session_id)
+        if isinstance(env, MechSandboxEnvironment):
+            env.client = client
         return session_id, env
 
     async def _destroy_session(self, session_id: str) -> None:
@@ -97,14 +101,21 @@ class SharedCapServer(HTTPEnvServer):
         await super()._destroy_session(session_id)
 
     def unused_sessions(self, now: float) -> list[str]:
-        """Sessions past ``unreset_timeout_s`` that were never reset or stepped (and no WebSocket holds)."""
+        """Sessions never reset or stepped, idle for ``unreset_timeout_s`` (and no WebSocket attached to them).
+
+        Idle means no call under way and none ended for the timeout: a first reset that is still generating its
+        instance (seconds for the slowest families, far more on a busy machine) is use, and so is one that failed
+        moments ago. Counted from creation alone, this reaper killed episodes whose first reset was still generating
+        (issue 52: 5 of 9 episodes of an eval on a busy machine)."""
         timeout = self.service.settings.unreset_timeout_s
         unused = []
         for session_id, info in list(self._session_info.items()):
             env = self._sessions.get(session_id)
             if env is None or session_id in self._session_websocket_attachments:
                 continue
-            if not getattr(env, "ever_reset", True) and info.step_count == 0 and now - info.created_at > timeout:
+            if getattr(env, "ever_reset", True) or info.step_count != 0 or getattr(env, "calls", 0) > 0:
+                continue
+            if now - max(info.created_at, getattr(env, "touched_at", 0.0)) > timeout:
                 unused.append(session_id)
         return unused
 
@@ -121,7 +132,13 @@ class SharedCapServer(HTTPEnvServer):
 
 
 def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"detail": one_line(message)}, status_code=status)
+    """A one-line error body; an infrastructure failure's also names its code and side (docs/CONTRACT.md)."""
+    text = one_line(message)
+    body: dict[str, Any] = {"detail": text}
+    side = infra_side(text)
+    if side is not None:
+        body.update(code=INFRA_CODE, side=side)
+    return JSONResponse(body, status_code=status)
 
 
 def observation_response(obs: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +219,12 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def _episode_error(request: Request, exc: EpisodeError) -> JSONResponse:
         return error(exc.status, str(exc))
 
+    @app.exception_handler(Exception)
+    async def _server_fault(request: Request, exc: Exception) -> JSONResponse:
+        """Anything else a route raises is the server's fault: an infrastructure error, never a client's mistake."""
+        log.error("unexpected error on %s: %s", request.url.path, exc, exc_info=exc)
+        return error(500, str(InfraFailure(f"{type(exc).__name__} in the server; nothing was counted", "server")))
+
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         return error(422, validation_message(exc))
@@ -219,7 +242,14 @@ def create_app(service: Service | None = None) -> FastAPI:
         if not isinstance(params, dict):
             raise EpisodeError('the reset body must be a JSON object, e.g. {"task_id": "copy-head", "seed": 3}')
         params.pop("episode_id", None)  # a client-supplied id is ignored: the server issues its own
-        episode = await run_in_threadpool(service.open_episode, params, "http", clients.current())
+        client = clients.current()
+        if "resume" in params:
+            if set(params) - {"resume"}:
+                raise EpisodeError("a resume takes only resume=<token> (the episode keeps its task, instance and "
+                                   "budget)")  # fmt: skip
+            episode, _ = service.resume(params["resume"], client, websocket=False)
+            return observation_response(episode.resumed_observation())
+        episode = await run_in_threadpool(service.open_episode, params, "http", client)
         return observation_response(episode.reset_observation())
 
     @app.post(
@@ -380,6 +410,7 @@ def create_app(service: Service | None = None) -> FastAPI:
 
     app.router.on_startup.insert(0, _start)
     app.router.on_shutdown.append(_stop)
+    app.add_middleware(InfraErrorFrames)
     app.add_middleware(
         RequestLimits,
         max_body=settings.max_body_bytes,

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from ..arch.guide import namespace_guide
 from ..jsonvalue import AnswerError, check_json_value
-from ..protocol import ACTION_FIELDS, FLOOR, clamp
+from ..protocol import ACTION_FIELDS, FLOOR, clamp, infra_message
 from ..tasks import Family, Instance
 from .sandbox import SandboxSession, SandboxUnavailable
 from .scoring import CODE_KEEP, Scoring, clip
@@ -52,10 +52,23 @@ class EpisodeOver(EpisodeError):
     status = 409
 
 
-class ServiceUnavailable(EpisodeError):
-    """The server cannot do this now (the sandbox, a drain, the database); the client may retry."""
+class InfraFailure(EpisodeError):
+    """The server, not the agent, failed (docs/CONTRACT.md, "When the infrastructure fails"): the message names the side
+    (``protocol.infra_message``), the wire layers add the code ``INFRASTRUCTURE_ERROR`` and the side, and nothing was
+    counted: a refused reset claimed no attempt, a refused step was not spent. The client may retry."""
 
     status = 503
+    side = "server"
+
+    def __init__(self, detail: str, side: str | None = None):
+        self.side = side or self.side
+        super().__init__(infra_message(self.side, detail))
+
+
+class ServiceUnavailable(InfraFailure):
+    """The server cannot do this now (the sandbox, a drain, the database); the client may retry."""
+
+    side = "sandbox"
 
 
 @dataclass
@@ -85,6 +98,13 @@ class Episode:
     # The key above stays the server's: HTTP routes by it, so there it is the episode's capability and no client
     # may choose it; a WebSocket episode belongs to its connection, so a label changes nothing there.
     label: str | None = None
+    # The capability to resume the episode after a dropped connection (``Service.resume``), given to its opener in the
+    # reset observation; the client may choose it (so a reset whose reply was lost can still be resumed).
+    resume_token: str = ""
+    last_obs: dict[str, Any] | None = field(default=None, repr=False)  # what a resume answers: the last reply sent
+    owner: Any = field(default=None, repr=False)  # the client that opened it: only it may resume the episode
+    holder: Any = field(default=None, repr=False)  # the WebSocket environment holding it now (None: HTTP or parked)
+    parked_at: float | None = None  # when its connection went away (a parked WebSocket episode), else None
 
     def __post_init__(self) -> None:
         self.truth = self.instance.truth
@@ -124,7 +144,22 @@ class Episode:
             "answer_schema": self.instance.answer_schema,
             "answer_example": self.family.answer_example,
             "family_version": self.family.family_version,
+            "resume_token": self.resume_token or None,
         }
+
+    def resumed_observation(self) -> dict[str, Any]:
+        """What a resume answers: the last reply the episode sent (the reset observation before any step), so a client
+        whose connection dropped learns whether its last action was taken (compare ``step``) and, once over, its end.
+        A step still under way (the connection dropped while its snippet ran) finishes first: its reply is the
+        answer."""
+        if not self.lock.acquire(timeout=CLOSE_WAIT_S):
+            raise EpisodeError("the episode's last step is still running; resume again in a moment")
+        try:
+            if self.last_obs is None:
+                self.last_obs = self.reset_observation()
+            return {**self.last_obs, "resumed": True}
+        finally:
+            self.lock.release()
 
     def step(self, action: dict[str, Any]) -> dict[str, Any]:
         with self.lock:
@@ -138,7 +173,11 @@ class Episode:
             score: float | None = None
             feedback: str | None = None
             if kind == "python_code":
-                obs = self._run(action[kind])
+                obs, charged = self._run(action[kind])
+                if not charged:  # the server lost the worker, not the snippet: the step is not spent
+                    self.last_activity = time.monotonic()
+                    self.last_obs = {**self._base(), **obs}
+                    return self.last_obs
             else:
                 obs, score, feedback = self._submit(kind, action[kind])
             truncated = score is None and number >= self.max_steps
@@ -156,25 +195,34 @@ class Episode:
             if self.done:
                 self.sandbox.close()  # no more snippets can come: free the worker and the instance now
                 self.instance = None
-            return {**self._base(), **obs, **self._reveal()}
+            self.last_obs = {**self._base(), **obs, **self._reveal()}
+            return self.last_obs
 
-    def _run(self, code: str) -> dict[str, Any]:
+    def _run(self, code: str) -> tuple[dict[str, Any], bool]:
+        """The snippet's observation, and whether the step is charged: not when the server lost the worker for a reason
+        that was not the snippet's (``RunResult.server_fault``: the memory watchdog over-admitted, a shutdown, a dead
+        zygote). The episode goes on in a fresh worker (namespace reset) with the budget it had, never a fresh one."""
         try:
             result = self.sandbox.run(code)
         except SandboxUnavailable as exc:  # no worker could be had: nothing ran, so the step is not counted
             self._sandbox_refused(exc, "the snippet did not run")
+        charged = not getattr(result, "server_fault", False)
         text = result.stdout
         if result.notice:
             text = f"[sandbox] {result.notice}\n{text}"
         if result.error:
             text = f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}{result.error}"
+        if not charged:
+            text = f"{text}{'' if not text or text.endswith(chr(10)) else chr(10)}" + infra_message(
+                "sandbox", "the server lost this snippet's worker (not the snippet's doing); the step was not counted: "
+                "send it again")  # fmt: skip
         return {
             "reward": FLOOR,
             "stdout_or_error": text,
-            "error": result.error,
+            "error": result.error or (None if charged else "the step was not counted (the server lost the worker)"),
             "output_truncated": result.output_truncated,
             "namespace_reset": result.namespace_reset,
-        }
+        }, charged
 
     def _sandbox_refused(self, exc: SandboxUnavailable, what: str) -> NoReturn:
         """A step the sandbox could not take: a 503 to send again, or 409 when the session was closed meanwhile (the
@@ -268,8 +316,11 @@ class Episode:
             "run_id": self.scoring.run_id,
         }
 
-    def close(self) -> None:
-        """Free the sandbox; a counted attempt left unfinished is recorded as abandoned (it counts at the floor).
+    def close(self, by_server: bool = False) -> None:
+        """Free the sandbox; a counted attempt left unfinished is recorded as it ended (each counts at the floor):
+        ``abandoned`` when the client left it; when the server ended it (``by_server``: a shutdown, a drain that ran
+        out), ``voided`` if the agent had taken no step (the run may play the instance again: it learnt nothing but the
+        prompt, which a new reset shows again) and ``lost`` otherwise (never a second try: the agent saw outputs).
 
         For a counted attempt, a step in flight finishes first (its end is recorded, not overwritten).
         """
@@ -278,11 +329,12 @@ class Episode:
         try:
             if counted and not self.done:
                 self.done, self.score = True, FLOOR
+                status = "abandoned" if not by_server else "voided" if self.step_count == 0 else "lost"
                 try:
-                    self.recorder(self.scoring, "abandoned", FLOOR, self.step_count,  # type: ignore[misc]
+                    self.recorder(self.scoring, status, FLOOR, self.step_count,  # type: ignore[misc]
                                   time.monotonic() - self.created, self.trajectory)  # fmt: skip
                 except Exception as exc:  # the row stays open, which the leaderboard also counts at the floor
-                    log.warning("could not record abandoned attempt %s: %s", self.scoring.attempt_id, exc)
+                    log.warning("could not record %s attempt %s: %s", status, self.scoring.attempt_id, exc)
         finally:
             if held:
                 self.lock.release()

@@ -11,19 +11,28 @@ framework-free ``Service``/``Episode``; all rules live in ``episode.py``.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .. import BENCHMARK_VERSION
 from ..models import MechSandboxAction, MechSandboxObservation, MechSandboxState
 from ..openenv_core import Environment, EnvironmentMetadata
 from ..protocol import ACTION_FIELDS
 from ..tasks import LEVELS, families
-from .episode import Episode, EpisodeError
+from .clients import LOCAL, Client
+from .episode import Episode, EpisodeError, InfraFailure
 from .service import Service
 from .splits import SPLITS
 
 if TYPE_CHECKING:
     from .tools import EpisodeTools
+
+log = logging.getLogger("mechsandbox.server")
+T = TypeVar("T")
 
 ENV_NAME = "mechsandbox"
 DESCRIPTION = (
@@ -54,6 +63,37 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         self.episode: Episode | None = None
         self.ever_reset = False  # a session never reset holds its slot only ``unreset_timeout_s``
         self.expired = False  # set when OpenEnv's session table drops it (reaped or closed)
+        self.client: Client = LOCAL  # who opened the session (set by the server that creates it): its quota, resumes
+        # Calls under way and when the last one ended: the never-reset reaper leaves a session alone while a call is
+        # under way (a first reset may generate its instance for longer than ``unreset_timeout_s`` on a busy machine)
+        # and counts its timeout from the end of the last call.
+        self.calls = 0
+        self.touched_at = time.time()
+        self._calls_lock = threading.Lock()
+
+    @contextmanager
+    def _call(self) -> Iterator[None]:
+        with self._calls_lock:
+            self.calls += 1
+        try:
+            yield
+        finally:
+            with self._calls_lock:
+                self.calls -= 1
+                self.touched_at = time.time()
+
+    def _guarded(self, work: Callable[[], T]) -> T:
+        """Run a reset or step: a client's mistake stays an ``EpisodeError``; any other exception is a fault of the
+        server, logged and answered as an infrastructure error (on the WebSocket OpenEnv would otherwise send its text
+        with the code an agent's mistake gets)."""
+        with self._call():
+            try:
+                return work()
+            except EpisodeError:
+                raise
+            except Exception as exc:
+                log.exception("unexpected error in a WebSocket/MCP episode")
+                raise InfraFailure(f"{type(exc).__name__} in the server; nothing was counted", "server") from None
 
     def reset(
         self,
@@ -70,24 +110,48 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         params = {"seed": seed, "task_id": task_id, "level": level, "task_level": task_level, "split": split,
                   "index": index, "run_token": run_token, **kwargs}  # fmt: skip
         params = {k: v for k, v in params.items() if v is not None}
+        return self._guarded(lambda: self._reset(params, episode_id))
+
+    def _reset(self, params: dict[str, Any], episode_id: str | None) -> MechSandboxObservation:
         if self.expired:  # a WebSocket outliving its reaped session would otherwise run uncounted episodes
             raise EpisodeError("this session has expired (idle, or never reset in time); open a new one")
+        if "resume" in params:
+            return self._resume(params)
         label = episode_label(episode_id)
         # The new episode opens first: a refused reset (a bad field, a full server, a database that is down)
         # leaves the current one as it was, instead of abandoning a counted attempt for nothing.
-        episode = self.service.open_episode(params, transport="websocket")
-        self.close()
-        self.ever_reset = True
+        episode = self.service.open_episode(params, transport="websocket", client=self.client, holder=self)
         episode.label = label
+        self._end_episode()
+        self.ever_reset = True
+        if episode.holder is self:  # else a resume on another connection took it while this reset answered
+            self.episode = episode
+        return MechSandboxObservation(**episode.reset_observation())
+
+    def _resume(self, params: dict[str, Any]) -> MechSandboxObservation:
+        """Take back an episode whose connection went away (``Service.resume``): this session holds it from now on; a
+        connection that still held it (one the client gave up on) loses it."""
+        if set(params) - {"resume"}:
+            raise EpisodeError("a resume takes only resume=<token> (the episode keeps its task, instance and budget)")
+        episode, previous = self.service.resume(params["resume"], self.client, websocket=True, holder=self)
+        if previous is not None and previous is not self and previous.episode is episode:
+            previous.episode = None  # the connection the client gave up on holds it no longer
+        if self.episode is not episode:
+            self._end_episode()
+        self.ever_reset = True
         self.episode = episode
-        return MechSandboxObservation(**self.episode.reset_observation())
+        return MechSandboxObservation(**episode.resumed_observation())
 
     def step(self, action: MechSandboxAction, timeout_s: float | None = None, **kwargs: Any) -> MechSandboxObservation:
-        if self.episode is None:
-            raise RuntimeError("call reset before step")
-        self.service.check_rate(self.episode)
+        return self._guarded(lambda: self._step(action))
+
+    def _step(self, action: MechSandboxAction) -> MechSandboxObservation:
+        episode = self.episode
+        if episode is None:
+            raise EpisodeError("call reset before step")
+        self.service.check_rate(episode)
         payload = action.model_dump(include=set(ACTION_FIELDS))
-        return MechSandboxObservation(**self.episode.step(payload))
+        return MechSandboxObservation(**episode.step(payload))
 
     @functools.cached_property
     def tools(self) -> EpisodeTools:
@@ -103,9 +167,18 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         return MechSandboxState(**self.episode.state())
 
     def close(self) -> None:
-        if self.episode is not None:
-            self.episode.close()
-            self.episode = None
+        """OpenEnv's teardown of the session (its connection went away, it was closed or reaped): the episode waits for
+        a resume (``Service.park``) instead of ending; the server closes it after ``resume_grace_s``."""
+        episode, self.episode = self.episode, None
+        if episode is not None and episode.holder is self:
+            self.service.park(episode, self.client)
+
+    def _end_episode(self) -> None:
+        """The episode this session held ends, replaced by a new one (a reset over the same connection)."""
+        episode, self.episode = self.episode, None
+        if episode is not None and episode.holder is self:
+            self.service.forget(episode)
+            episode.close()
 
     def get_metadata(self) -> EnvironmentMetadata:
         versions = ", ".join(f"{f.id}={f.family_version}" for f in families())

@@ -28,7 +28,7 @@ from ..protocol import FLOOR
 from ..results import ResultStore, ResultsUnavailable, RunInfo, leaderboard, resolve_database_url
 from ..tasks import LEVELS, families
 from .clients import Client
-from .episode import EpisodeError
+from .episode import EpisodeError, InfraFailure
 from .scoring import Scoring
 from .settings import ServerSettings
 from .splits import InstanceRef, salt_fingerprint
@@ -45,10 +45,10 @@ class RunRefused(EpisodeError):
     status = 403
 
 
-class ResultsDown(EpisodeError):
+class ResultsDown(InfraFailure):
     """The results database failed: nothing was counted or lost; retry."""
 
-    status = 503
+    side = "database"
 
 
 class RunQuota(EpisodeError):

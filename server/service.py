@@ -26,7 +26,7 @@ from ..results import RunInfo
 from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
 from .clients import LOCAL, Client
-from .episode import Episode, EpisodeError, ServiceUnavailable
+from .episode import Episode, EpisodeError, InfraFailure, ServiceUnavailable
 from .generator_pool import GeneratorPool
 from .generator_process import GeneratorProcess
 from .instance_cache import CachedInstance, InstanceCache
@@ -39,11 +39,35 @@ from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_re
 log = logging.getLogger("mechsandbox.server")
 
 FINISHED_KEEP_S = 120.0  # a finished HTTP episode stays readable through /state this long
-RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "run_token", "episode_id")
+RESET_FIELDS = ("task_id", "seed", "level", "task_level", "split", "index", "run_token", "resume_token", "resume",
+                "episode_id")  # fmt: skip
+TOKEN_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
-class CapacityError(EpisodeError):
+class CapacityError(InfraFailure):
+    """The server (or this client's share of it) is full: nothing was started or claimed; retry later."""
+
     status = 429
+    side = "capacity"
+
+
+class NothingToResume(EpisodeError):
+    """A resume that names no episode this client may take back (unknown, expired, or another client's)."""
+
+    status = 404
+
+
+def resume_token_of(params: dict[str, Any]) -> str:
+    """The client's own resume token for a new episode (``resume_token``), checked, or a fresh one from the server.
+
+    Why a client may choose it: a reset whose reply is lost (the connection dropped while the instance was generated)
+    has already claimed a counted attempt; with a token it chose before sending, the client can still resume it."""
+    token = params.get("resume_token")
+    if token is None:
+        return secrets.token_urlsafe(24)
+    if not isinstance(token, str) or not 32 <= len(token) <= 128 or not set(token) <= TOKEN_CHARS:
+        raise EpisodeError("resume_token must be 32 to 128 characters of A-Z, a-z, 0-9, - and _ (or left out)")
+    return token
 
 
 class RateLimited(EpisodeError):
@@ -81,6 +105,12 @@ class Service:
         self.ws_count: Callable[[], int] = lambda: 0
         self.ws_ids: Callable[[], list[str]] = list  # OpenEnv's live session ids (wired by app.py)
         self.owners: dict[str, Client] = {}
+        # every episode that can be resumed, by its resume token: live HTTP episodes, WebSocket episodes (attached or
+        # parked after their connection went away) and finished ones until they are reaped (so a lost final reply can be
+        # read back); ``parked`` holds the WebSocket episodes no connection holds now, until ``resume_grace_s``
+        self.resumable: dict[str, Episode] = {}
+        self.parked: dict[str, Episode] = {}
+        self.starting: set[str] = set()  # resume tokens of resets under way (a resume of one is told to wait)
         self.stopped = threading.Event()
         if self.settings.test_salt:
             self.salt = self.settings.test_salt.encode()
@@ -138,10 +168,12 @@ class Service:
         self.prefetch.stop(wait_s=10.0)
         self.generators.close()
         with self.lock:
-            episodes = list(self.http.values())
+            episodes = list(self.http.values()) + list(self.parked.values())
             self.http.clear()
+            self.parked.clear()
+            self.resumable.clear()
         for episode in episodes:
-            episode.close()
+            episode.close(by_server=True)
         self.pool.close()
         self.runs.close()
 
@@ -185,9 +217,27 @@ class Service:
             raise EpisodeError(f"seed must be an integer in [0, {TRAIN_SEED_LIMIT})")
         return train_ref(family.id, level, seed)
 
-    def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL) -> Episode:
-        """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does)."""
-        ref = self.resolve(params)
+    def open_episode(self, params: dict[str, Any], transport: str, client: Client = LOCAL,
+                     holder: Any = None) -> Episode:  # fmt: skip
+        """A new episode; an HTTP one counts against ``client``'s quota (a WebSocket session already does). ``holder``:
+        the WebSocket environment that will hold it (set before its resume token is published)."""
+        token = resume_token_of(params)
+        with self.lock:
+            if token in self.resumable or token in self.starting:
+                raise EpisodeError("resume_token is already in use; to take an episode back, reset with resume=<token>")
+            self.starting.add(token)
+        try:
+            ref = self.resolve(params)
+            episode = self._open_reference(ref, params, transport, client)
+            episode.resume_token, episode.owner, episode.holder = token, client, holder
+            with self.lock:
+                self.resumable[token] = episode
+            return episode
+        finally:
+            with self.lock:
+                self.starting.discard(token)
+
+    def _open_reference(self, ref: InstanceRef, params: dict[str, Any], transport: str, client: Client) -> Episode:
         try:
             return self._open_episode(ref, params, transport, client)
         except EpisodeError:
@@ -202,7 +252,7 @@ class Service:
         with self.lock:  # the check and the count together: a drain never misses an episode being opened
             if time.monotonic() >= self.refuse_from:
                 raise ServiceUnavailable("this replica is draining before it stops; start the episode again (a "
-                                         "load balancer sends it to another replica)")  # fmt: skip
+                                         "load balancer sends it to another replica)", "draining")  # fmt: skip
             self.opening += 1
         try:
             return self._admitted_episode(ref, params, transport, client, run)
@@ -240,7 +290,12 @@ class Service:
         """The episode and its sandbox session. Loaded ``behind`` (docs/SANDBOX.md) unless it is a run's episode: an
         attempt is claimed at reset, so a counted episode's reset must fail (and claim nothing) when no worker can
         take its model, not a first step after the claim."""
-        cached = self.cache.get(ref.task_id, ref.seed, ref.level)
+        try:
+            cached = self.cache.get(ref.task_id, ref.seed, ref.level)
+        except Exception as exc:  # a generator that failed (a bug, a child that died twice): the server's fault
+            log.exception("could not generate %s", ref.instance_id)
+            raise InfraFailure(f"the instance could not be generated ({type(exc).__name__}); nothing was claimed",
+                               "generation") from None  # fmt: skip
         try:
             sandbox = self.pool.open_session(cached.payload, behind=behind)
         except SandboxUnavailable as exc:
@@ -266,6 +321,63 @@ class Service:
                 episode.close()
                 raise CapacityError(f"the server is at its session cap ({self.settings.session_cap}); retry later")
         return episode
+
+    # --- resuming after a dropped connection ----------------------------------------------------
+
+    def resume(self, token: Any, client: Client, websocket: bool, holder: Any = None) -> tuple[Episode, Any]:
+        """The episode ``token`` names, for ``client`` to take back: a WebSocket one parked since its connection went
+        away (or still attached to a connection the client gave up on: it is detached from it), or an HTTP one.
+
+        Only the client that opened it may (the token is a capability, and the client must match as well: its API
+        token, or its address on a server without tokens). An unknown, expired or foreign token is one refusal, the
+        same for all three, so a guess learns nothing. Returns the episode and the environment that held it before
+        (``holder`` holds it from now on)."""
+        if not isinstance(token, str) or not token:
+            raise EpisodeError("resume must be the resume_token of the episode to take back")
+        with self.lock:
+            if token in self.starting:
+                raise InfraFailure("the episode is still starting (its reset is under way); resume again in a moment",
+                                   "generation")  # fmt: skip
+            episode = self.resumable.get(token)
+            mine = episode is not None and episode.owner == client and (episode.transport != "http") == websocket
+            if not mine or not secrets.compare_digest(episode.resume_token, token):  # type: ignore[union-attr]
+                raise NothingToResume("no episode to resume with that token: it ended and was reaped, its grace period "
+                                      "(MECHSANDBOX_RESUME_GRACE_S) ran out, or another client opened it")  # fmt: skip
+            if self.parked.pop(episode.episode_id, None) is not None:
+                self.owners.pop(episode.episode_id, None)  # the resuming connection's session counts it from now on
+            episode.parked_at = None
+            previous, episode.holder = episode.holder, holder
+        return episode, previous
+
+    def park(self, episode: Episode, client: Client) -> None:
+        """A WebSocket episode whose connection went away waits ``resume_grace_s`` for a resume, then closes (a counted
+        one is then abandoned: the client did not come back). It keeps its worker and its place under the cap and in
+        the client's quota while it waits; a finished one only keeps its last reply."""
+        if self.settings.resume_grace_s <= 0 or self.stopped.is_set():
+            self.forget(episode)
+            episode.close(by_server=self.stopped.is_set())  # a server that is stopping ended it, not its client
+            return
+        episode.holder, episode.parked_at = None, time.monotonic()
+        with self.lock:
+            self.parked[episode.episode_id] = episode
+            if not episode.done:
+                self.owners[episode.episode_id] = client
+
+    def forget(self, episode: Episode) -> None:
+        with self.lock:
+            if self.resumable.get(episode.resume_token) is episode:
+                del self.resumable[episode.resume_token]
+            self.parked.pop(episode.episode_id, None)
+
+    def _reap_parked(self, now: float) -> list[Episode]:
+        """Parked episodes past their grace; the caller holds ``self.lock`` and closes them outside it."""
+        grace = self.settings.resume_grace_s
+        expired = [e for e in self.parked.values() if e.parked_at is not None and now - e.parked_at > grace]
+        for episode in expired:
+            del self.parked[episode.episode_id]
+            if self.resumable.get(episode.resume_token) is episode:
+                del self.resumable[episode.resume_token]
+        return expired
 
     # --- per-client quotas ---------------------------------------------------------------------
 
@@ -295,6 +407,7 @@ class Service:
     def _held_by(self, client: Client) -> int:
         """Live sessions and placeholders of ``client``; forgets owners of sessions gone. Holds ``self.lock``."""
         live = {key for key, episode in self.http.items() if not episode.done}
+        live.update(key for key, episode in self.parked.items() if not episode.done)
         live.update(self.ws_ids())
         for key in [k for k in self.owners if k not in live and not k.startswith("pending:")]:
             del self.owners[key]
@@ -324,6 +437,7 @@ class Service:
         with self.lock:
             episode = self.http.pop(episode_id, None)
         if episode is not None:
+            self.forget(episode)
             episode.close()
 
     def check_rate(self, episode: Episode) -> None:
@@ -341,15 +455,17 @@ class Service:
             return self._live_http()
 
     def _live_http(self) -> int:
-        """Unfinished HTTP episodes; the caller holds ``self.lock``."""
-        return sum(1 for e in self.http.values() if not e.done)
+        """Unfinished HTTP episodes and parked WebSocket ones (both hold a worker outside OpenEnv's session table); the
+        caller holds ``self.lock``."""
+        return sum(1 for e in self.http.values() if not e.done) + sum(1 for e in self.parked.values() if not e.done)
 
     def total_sessions(self) -> int:
         return self.http_count() + self.ws_count()
 
     def _reap_loop(self) -> None:
         """Reap idle HTTP episodes; finished ones (kept only for /state) after at most FINISHED_KEEP_S."""
-        interval = max(0.2, min(5.0, self.settings.idle_timeout_s / 4, FINISHED_KEEP_S / 4))
+        grace = max(self.settings.resume_grace_s, 0.8)
+        interval = max(0.2, min(5.0, self.settings.idle_timeout_s / 4, FINISHED_KEEP_S / 4, grace / 4))
         while not self.stopped.wait(interval):
             now = time.monotonic()
             cutoff, finished_cutoff = (
@@ -364,8 +480,14 @@ class Service:
                 ]
                 for episode in idle:
                     self.http.pop(episode.episode_id, None)
+                    if self.resumable.get(episode.resume_token) is episode:
+                        del self.resumable[episode.resume_token]
+                expired = self._reap_parked(now)
             for episode in idle:
                 log.info("reaped idle HTTP episode %s…", episode.episode_id[:6])
+            for episode in expired:
+                log.info("closed a WebSocket episode not resumed within its grace (%s…)", episode.episode_id[:6])
+            for episode in idle + expired:
                 # in its own thread: closing a counted attempt waits for a step that slipped in after the check
                 threading.Thread(target=episode.close, name="episode-close", daemon=True).start()
 

@@ -82,7 +82,8 @@ class DescribeTask(BaseModel):
     model_config = _STRICT
 
 
-HIDDEN_RESET_FIELDS = ("episode_id", "task_level")  # accepted by POST /reset, not offered as tool arguments
+# accepted by POST /reset, not offered as tool arguments
+HIDDEN_RESET_FIELDS = ("episode_id", "task_level", "resume_token", "resume")
 
 
 @dataclass

@@ -64,6 +64,22 @@ class ResetRequest(BaseModel):
         description="Ignored over HTTP (the server issues the episode_id that /step routes by); on the WebSocket, "
         "the episode's label in observations and state",
     )
+    resume_token: str | None = Field(
+        default=None,
+        min_length=32,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="Optional: the token that will resume this episode after a dropped connection (default: the server "
+        "chooses one and returns it in the reset observation); choosing it lets a client resume even a reset whose "
+        "reply was lost",
+    )
+    resume: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        description="Take back an episode after a dropped connection: its resume_token (same client, within "
+        "MECHSANDBOX_RESUME_GRACE_S on the WebSocket); the reply is the episode's last observation, with resumed=true",
+    )
 
     @model_validator(mode="after")
     def _test_split_has_no_seed(self) -> ResetRequest:
