@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -27,8 +28,10 @@ from fastapi.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from .. import BENCHMARK_VERSION
-from ..protocol import one_line
-from .tools import EpisodeTools, ToolError, ToolResult
+from ..protocol import INFRA_CODE, INFRA_RPC_CODE, infra_message, one_line
+from .tools import EpisodeTools, ToolError, ToolInfraError, ToolResult
+
+log = logging.getLogger("mechsandbox.server")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
 PROTOCOL_VERSION = "2025-06-18"  # the MCP revision whose message shapes this route follows
@@ -180,10 +183,14 @@ class McpRoute:
         loop = asyncio.get_running_loop()
         try:
             result = await loop.run_in_executor(executor, env.tools.call, name, params.get("arguments"))
+        except ToolInfraError as exc:  # the server's failure, not a refusal of the call: named, never a tool result
+            return rpc_error(rid, INFRA_RPC_CODE, str(exc), {"code": INFRA_CODE, "side": exc.side})
         except ToolError as exc:
             return rpc_result(rid, tool_result(None, str(exc)))
-        except Exception as exc:  # a server fault (the results database down...): an error, and the server stays up
-            return rpc_error(rid, INTERNAL_ERROR, f"internal error: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # any other fault of the server: an infrastructure error, and the server stays up
+            log.exception("tools/call %s failed", name)
+            text = infra_message("server", f"{type(exc).__name__} in the server; nothing was counted")
+            return rpc_error(rid, INFRA_RPC_CODE, f"{name}: {text}", {"code": INFRA_CODE, "side": "server"})
         # a step for OpenEnv's reapers only once a call ran: refused calls must not keep a never-used session alive
         self.server._update_session_activity(session_id, increment_step=name != "describe_task")
         return rpc_result(rid, tool_result(result))

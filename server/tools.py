@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..models import MAX_CODE_BYTES, MechSandboxAction, check_code_size
-from .episode import EpisodeError
+from .episode import EpisodeError, InfraFailure
 from .mechsandbox_environment import MechSandboxEnvironment
 from .wire import ResetRequest, validation_message
 
@@ -35,6 +35,15 @@ _STRICT = ConfigDict(extra="forbid", strict=True)
 
 class ToolError(Exception):
     """A refused tool call (unknown tool, bad arguments, an episode rule): one line, safe to show the agent."""
+
+
+class ToolInfraError(ToolError):
+    """A tool call the server failed for its own reasons (``InfraFailure``): MCP answers it as a JSON-RPC error with
+    ``protocol.INFRA_RPC_CODE`` and the side, never as a result the agent would read as its own mistake."""
+
+    def __init__(self, message: str, side: str):
+        super().__init__(message)
+        self.side = side
 
 
 class StartEpisode(ResetRequest):
@@ -158,6 +167,8 @@ class EpisodeTools:
         handler: Callable[[Any], ToolResult] = getattr(self, f"_{name}")
         try:
             return handler(args)
+        except InfraFailure as exc:
+            raise ToolInfraError(f"{name}: {exc}", exc.side) from None
         except (EpisodeError, RuntimeError) as exc:
             message = " ".join(str(exc).split()).replace("call reset", "call start_episode")
             raise ToolError(f"{name}: {message}") from None

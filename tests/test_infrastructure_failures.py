@@ -23,7 +23,7 @@ import pytest
 from fastapi.testclient import TestClient
 from helpers import wait_until
 from mechsandbox.client import MechSandboxEnv
-from mechsandbox.protocol import INFRA_CODE, InfrastructureError
+from mechsandbox.protocol import INFRA_CODE, INFRA_RPC_CODE, InfrastructureError
 from mechsandbox.server.app import create_app
 from mechsandbox.server.service import Service
 from mechsandbox.server.settings import ServerSettings
@@ -233,3 +233,24 @@ def test_infrastructure_frames_carry_their_code_and_side_on_the_websocket(tmp_pa
         ws.send_text(json.dumps({"type": "reset", "data": {"task_id": TASK, "seed": 1}}))
         refused = json.loads(ws.receive_text())["data"]
         assert refused["code"] == INFRA_CODE and refused["side"] == "draining", refused
+
+
+def test_mcp_names_an_infrastructure_failure_as_a_json_rpc_error_with_its_side(tmp_path) -> None:
+    """Over POST /mcp a refusal of the call is a tool result with ``isError`` (the agent reads it); a failure of the
+    server is a JSON-RPC error with ``INFRA_RPC_CODE`` and the side, so no tool-calling harness scores it."""
+    service = Service(ServerSettings(data_dir=str(tmp_path)))
+    with TestClient(create_app(service)) as http:
+
+        def rpc(method: str, params: dict[str, Any], rid: int = 1) -> dict[str, Any]:
+            return http.post("/mcp", json={"jsonrpc": "2.0", "id": rid, "method": method, "params": params}).json()
+
+        session = rpc("openenv/session/create", {})["result"]["session_id"]
+        call = {"session_id": session, "name": "run_python", "arguments": {"code": "print(1)"}}
+        mistake = rpc("tools/call", call)
+        assert mistake["result"]["isError"] is True and "start_episode" in mistake["result"]["content"][0]["text"]
+        service.drain(notice_s=0)
+        start = {"session_id": session, "name": "start_episode", "arguments": {"task_id": TASK, "seed": 1}}
+        refused = rpc("tools/call", start)["error"]
+        assert refused["code"] == INFRA_RPC_CODE, refused
+        assert refused["data"] == {"code": INFRA_CODE, "side": "draining"}
+        assert "infrastructure error (draining)" in refused["message"]
