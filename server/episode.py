@@ -238,9 +238,13 @@ class Episode:
         """
         if kind == "solution_from":
             try:
-                answer, error = self.sandbox.solution_from(value)
+                solution = self.sandbox.solution_from(value)
             except SandboxUnavailable as exc:
                 self._sandbox_refused(exc, "nothing was graded")
+            answer, error = solution
+            if getattr(solution, "server_fault", False):  # the server lost the worker: nothing graded, nothing spent
+                raise ServiceUnavailable(f"{error}; the server lost the worker, nothing was graded and the step was "
+                                         "not counted: send it again")  # fmt: skip
             if error:
                 return self._invalid(f"solution_from {value!r}: {error}"), None, None
         else:

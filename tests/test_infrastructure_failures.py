@@ -254,3 +254,39 @@ def test_mcp_names_an_infrastructure_failure_as_a_json_rpc_error_with_its_side(t
         assert refused["code"] == INFRA_RPC_CODE, refused
         assert refused["data"] == {"code": INFRA_CODE, "side": "draining"}
         assert "infrastructure error (draining)" in refused["message"]
+
+
+@pytest.mark.parametrize("server_fault", [True, False], ids=["killed-by-the-server", "lost-by-the-snippet"])
+def test_a_worker_lost_mid_step_charges_the_step_only_when_the_snippet_lost_it(tmp_path, server_fault: bool) -> None:
+    """A worker killed under a running snippet: by the server for its own reasons (what the memory watchdog does to a
+    worker within its guarantee), the step is not counted; by the snippet's doing, it is. Either way the episode goes
+    on in a fresh worker (namespace reset) with the budget it had, never a fresh one."""
+    import threading
+    import time
+
+    service = Service(ServerSettings(data_dir=str(tmp_path)))
+    with TestClient(create_app(service)) as http:
+        opened = http.post("/reset", json={"task_id": TASK, "seed": 21}).json()
+        episode_id, budget = opened["episode_id"], opened["observation"]["max_steps"]
+
+        def step(code: str) -> dict[str, Any]:
+            response = http.post("/step", json={"episode_id": episode_id, "action": {"python_code": code}})
+            assert response.status_code == 200, response.text
+            return response.json()["observation"]
+
+        assert step("x = 5\nprint(x)")["step"] == 1
+        episode = service.http[episode_id]
+        replies: list[dict[str, Any]] = []
+        running = threading.Thread(target=lambda: replies.append(step(SLOW_SNIPPET)))
+        running.start()
+        time.sleep(0.5)  # the snippet runs in the worker
+        worker = episode.sandbox.worker
+        assert worker is not None
+        worker.kill("memory budget exceeded; namespace reset", server_fault=server_fault)
+        running.join(timeout=60)
+        lost = replies[0]
+        assert lost["namespace_reset"] is True or "namespace reset" in lost["stdout_or_error"]
+        assert lost["step"] == (1 if server_fault else 2), lost
+        assert ("not counted" in lost["stdout_or_error"]) is server_fault
+        after = step("print('x' in dir())")
+        assert after["step"] == lost["step"] + 1 and after["max_steps"] == budget  # no fresh budget
