@@ -77,3 +77,26 @@ def test_random_draws_depend_on_the_instance_not_on_the_order_of_episodes() -> N
     forward, backward = answers(list(range(6))), answers(list(range(5, -1, -1)))
     assert forward == backward
     assert len({str(a) for a in forward.values()}) > 1, "different instances get different draws"
+
+
+def test_which_failures_are_the_infrastructures_and_which_may_be_played_again() -> None:
+    """A transport failure is the connection's side; an agent's own exception is not the infrastructure's. A lost
+    train episode may be played again; a test one only when its reset failed (a counted run gets no second try)."""
+    from mechsandbox.agents import EpisodeRecord
+    from mechsandbox.agents.base import infrastructure_failure, may_retry
+    from mechsandbox.protocol import InfrastructureError
+
+    refused = infrastructure_failure(ConnectionRefusedError(111, "Connection refused"), started=False)
+    assert refused is not None and refused.side == "connection" and not refused.started
+    assert str(refused).startswith("infrastructure error (connection): ConnectionRefusedError")
+    named = InfrastructureError("sandbox", "the load failed")
+    assert infrastructure_failure(named, started=True) is named and named.started  # the harness knew it had started
+    assert infrastructure_failure(ValueError("the agent's own bug"), started=True) is None
+
+    def lost(split: str, started: bool) -> EpisodeRecord:
+        return EpisodeRecord("copy-head", "easy", split).lost_to(InfrastructureError("draining", "x", started=started))
+
+    assert lost("train", True).score is None and not lost("train", True).graded
+    assert [may_retry(lost(split, started)) for split in ("train", "test") for started in (False, True)] == [
+        True, True, True, False]  # fmt: skip
+    assert not may_retry(EpisodeRecord("copy-head", "easy", "test"))  # graded: nothing to retry
