@@ -13,17 +13,22 @@ import os
 import secrets
 import shutil
 import textwrap
+from pathlib import Path
 
 import pytest
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, memory
+from mechsandbox.results.store import default_data_dir
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, jail, memory
+from mechsandbox.server.sandbox import pool as pool_module
 from mechsandbox.server.sandbox.pool import WorkerLost
+from mechsandbox.settings import ServerSettings
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)"),
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
 ]
 
+PACKAGE = Path(pool_module.__file__).resolve().parents[2]  # the repository root, which is the package
 CONFIGS = {
     "all": {},
     "jail-only": {"landlock": False, "seccomp": False, "rlimits": False, "uid_drop": "off"},
@@ -183,3 +188,61 @@ def test_shared_memory_past_the_budget_is_killed(payload, monkeypatch, config: s
             assert pool.memory_kills >= 1
         finally:
             session.close()
+
+
+# What of the checkout a worker may see: the code it imports (sources and bytecode), nothing else.
+GUEST_CODE = ("__init__.py", "settings.py", "jsonvalue.py", "arch/", "server/__init__.py", "server/sandbox/")
+
+WALK = """
+import os
+PACKAGE, RUNTIME, CODE, SECRETS = ARGS
+MOUNT_POINTS = ("/run", "/run/mechsandbox-pids", "/run/mechsandbox-memory")  # left empty: a worker unmounts them
+outside, package = [], []
+
+def code(rel):
+    head, _, name = rel.rpartition("/")
+    if name == "__pycache__":
+        return head == "" or code(head)
+    if head.endswith("__pycache__"):  # bytecode of a guest source only
+        source = head[: -len("__pycache__")] + name.split(".")[0] + ".py"
+        return name.endswith(".pyc") and code(source)
+    if rel == "server" or any(c.startswith(rel + "/") for c in CODE if c.endswith("/")):
+        return True  # a folder on the way to the code
+    inside = any(rel == c or (c.endswith("/") and rel.startswith(c)) for c in CODE)
+    return inside and (os.path.isdir(os.path.join(PACKAGE, rel)) or rel.endswith(".py"))
+
+def ancestor(path):
+    return any(root.startswith(path.rstrip("/") + "/") for root in RUNTIME + [PACKAGE])
+
+for folder, dirs, files in os.walk("/"):
+    if folder in ("/proc", "/dev"):
+        dirs[:] = []
+        continue
+    dirs[:] = [d for d in dirs if os.path.join(folder, d) not in RUNTIME]
+    for name in dirs + files:
+        path = os.path.join(folder, name)
+        if path == PACKAGE or path.startswith(PACKAGE + "/"):
+            if path != PACKAGE and not code(os.path.relpath(path, PACKAGE)):
+                package.append(path)
+        elif path not in RUNTIME and not ancestor(path) and path not in ("/proc", "/dev", "/tmp", *MOUNT_POINTS):
+            outside.append(path)
+result = {"outside": outside[:40], "package": package[:40], "secrets": [p for p in SECRETS if os.path.lexists(p)]}
+"""
+
+
+def test_the_jail_shows_only_the_runtime_and_the_guest_code(pool, payload, tmp_path) -> None:
+    """Walk the jail's root from an escaped worker: every path is the interpreter, its libraries or the code workers
+    import; no other file of the checkout (.git, tests, docs, bench, artifacts), no data folder, no results database."""
+    if pool.isolation["namespaces"] != "active":
+        pytest.skip("without the jail Landlock decides what can be read (tests/test_sandbox_isolation.py)")
+    package = str(PACKAGE)
+    runtime = [p for p in jail.interpreter_binds() if p != package]  # the virtualenv too, wherever it is
+    data = ServerSettings().data_dir
+    secrets_ = [str(PACKAGE / name) for name in (".git", "tests", "docs", "bench", "artifacts", "mechsandbox-data")]
+    secrets_ += [os.path.abspath(os.path.expanduser(data)) if data else str(default_data_dir()), str(tmp_path)]
+    session = pool.open_session(payload)
+    try:
+        found = run(session, WALK.replace("ARGS", repr((package, runtime, list(GUEST_CODE), secrets_))))
+    finally:
+        session.close()
+    assert found == {"outside": [], "package": [], "secrets": []}, found

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -33,7 +34,6 @@ pytestmark = [
     ),
 ]
 
-PACKAGE = Path(pool_module.__file__).resolve().parents[2]  # the repository root, bound read-only in the jail
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +94,11 @@ result = out
 """
 
 
-@pytest.mark.parametrize("where", ["tmp", "package"])
+@pytest.mark.parametrize("where", ["tmp", "runtime"])
 def test_no_metadata_change_of_a_host_file(session, tmp_path, where: str) -> None:
     folder = (
-        tmp_path if where == "tmp" else Path(__import__("tempfile").mkdtemp(prefix=".jail-canary-", dir=PACKAGE))
-    )  # "package": a folder the jail does show (read-only)
+        tmp_path if where == "tmp" else Path(__import__("tempfile").mkdtemp(prefix=".jail-canary-", dir=sys.prefix))
+    )  # "runtime": a folder the jail does show (read-only): the interpreter's prefix (the checkout itself is not there)
     try:
         path = _host_file(folder)
         before = os.stat(path)
@@ -109,7 +109,7 @@ def test_no_metadata_change_of_a_host_file(session, tmp_path, where: str) -> Non
         assert (after.st_mtime, after.st_atime) == (before.st_mtime, before.st_atime)
         assert os.listxattr(path) == []
     finally:
-        if where == "package":
+        if where == "runtime":
             for child in folder.iterdir():
                 child.unlink()
             folder.rmdir()

@@ -20,7 +20,7 @@ import signal
 import sys
 from dataclasses import dataclass, field
 
-from . import landlock, seccomp
+from . import landlock, seccomp, worker_ns
 
 PR_SET_PDEATHSIG = 1
 PR_CAPBSET_DROP = 24
@@ -44,6 +44,7 @@ class HardeningConfig:
     read_paths: tuple[str, ...] = field(default_factory=tuple)
     pids_cgroup: str = ""  # the pool's pids cgroup as this process sees it; "" = none could be had
     memory_cgroup: str = ""  # the pool's memory cgroup likewise (``memory.py``); "" = none
+    own_namespaces: bool = False  # the worker has a mount namespace of its own (``worker_ns.py``)
     max_pids: int = 64
 
 
@@ -199,6 +200,11 @@ def harden(cfg: HardeningConfig, slot: int, keep_fd: int, parent: int) -> dict[s
     except (OSError, ValueError) as exc:
         report["pids"] = f"failed: {exc}"
     report["memory_cgroup"] = join_memory_cgroup(cfg, slot)
+    if cfg.own_namespaces:  # joined: the cgroup folders leave this worker's view
+        try:
+            worker_ns.hide((cfg.pids_cgroup, cfg.memory_cgroup))
+        except OSError as exc:
+            report["pids"] = f"failed: {exc}"
     if cfg.rlimits:
         try:
             apply_rlimits(cfg)

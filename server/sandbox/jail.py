@@ -69,10 +69,29 @@ def _outermost(paths: list[str]) -> list[str]:
     return kept
 
 
+def _under(path: str, folder: str) -> bool:
+    return path.startswith(folder.rstrip("/") + "/")
+
+
+def nested_in_package(binds: list[str], package: str) -> list[str]:
+    """The binds that lie beneath the package folder (a virtualenv inside the checkout): the package's view in the
+    jail (``guest_tree.assemble``) needs a mount point for each."""
+    return _outermost([p for p in binds if _under(p, package)])
+
+
 def bwrap_argv(
-    bwrap: str, workdir: str, pids_dir: str | None, binds: list[str] | None = None, memory_dir: str | None = None
+    bwrap: str,
+    workdir: str,
+    pids_dir: str | None,
+    binds: list[str] | None = None,
+    memory_dir: str | None = None,
+    package_view: tuple[str, str] | None = None,
 ) -> list[str]:
-    """The bubblewrap command line that runs the zygote (append the interpreter's argv)."""
+    """The bubblewrap command line that runs the zygote (append the interpreter's argv).
+
+    ``package_view``: (the package folder, the folder of its guest code, ``guest_tree.assemble``): the jail shows the
+    second where the first is, so nothing of the checkout but the code workers import is inside; binds beneath the
+    package folder are made on top of it."""
     argv = [bwrap, *NAMESPACE_FLAGS, "--die-with-parent", "--as-pid-1", "--new-session"]
     if os.geteuid() != 0:
         argv += ["--unshare-user"]  # without root, namespaces need a user namespace of its own
@@ -90,13 +109,23 @@ def bwrap_argv(
             argv.extend(["--perms", "0755", "--dir", folder])
             made.add(folder)
 
-    for path in _outermost((binds if binds is not None else interpreter_binds()) + [workdir]):
+    wanted = (binds if binds is not None else interpreter_binds()) + [workdir]
+    package = package_view[0] if package_view else None
+    outer = [p for p in wanted if package is None or not (p == package or _under(p, package))]
+    outer = _outermost(outer)
+    for path in outer:
         parents(path)
         if os.path.islink(path) and path in SYSTEM_LIBRARIES:
             argv += ["--symlink", os.readlink(path), path]  # /lib -> usr/lib on merged-/usr systems
         else:
             argv += ["--ro-bind", os.path.realpath(path), path]
         made.add(path)
+    if package_view is not None and package is not None:
+        if not any(_under(package, bound) for bound in outer):  # else it lies inside a bind already made
+            parents(package)
+        argv += ["--ro-bind", package_view[1], package]
+        for path in nested_in_package(wanted, package):  # their mount points are in the view
+            argv += ["--ro-bind", os.path.realpath(path), path]
     argv += ["--chdir", workdir]
     for host, inside in ((pids_dir, JAIL_PIDS), (memory_dir, JAIL_MEMORY)):
         if host is not None:
@@ -199,7 +228,6 @@ class PidsCgroup:
                 if relative is not None:
                     found.append((1, mount + relative.rstrip("/"), relative.rstrip("/")))
         return found
-
 
     def prepare_slot(self, slot: int) -> None:
         if slot in self.prepared:

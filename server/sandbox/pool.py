@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ...jsonvalue import AnswerError, check_json_value
-from . import jail, memory
+from . import guest_tree, jail, memory
 from .frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
 from .payload import ModelPayload
 from .settings import KNOWN_LAYERS, SandboxSettings
@@ -396,6 +396,7 @@ class ZygoteProcess:
         self.settings, self.cgroup = settings, cgroup
         self.memory_cgroup: memory.MemoryCgroup | None = None
         self.memory_accounting = "not started"
+        self.package_view: str | None = None  # the folder of guest code the jail shows as the package
         bwrap, self.namespaces = jail.probe() if settings.namespaces else (None, "skipped: disabled by configuration")
         if bwrap is not None:
             try:
@@ -449,7 +450,11 @@ class ZygoteProcess:
         argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)]
         if bwrap is not None:
             memory_dir = memcg.root if memcg else None
-            argv = jail.bwrap_argv(bwrap, workdir, cgroup.root if cgroup else None, memory_dir=memory_dir) + argv
+            package = guest_tree.package_dir()  # the jail shows only the code workers import (guest_tree.py)
+            self.package_view = guest_tree.assemble(jail.nested_in_package(jail.interpreter_binds(), package))
+            view = (package, self.package_view)
+            pids_dir = cgroup.root if cgroup else None
+            argv = jail.bwrap_argv(bwrap, workdir, pids_dir, memory_dir=memory_dir, package_view=view) + argv
         started = time.perf_counter()
         self.process = subprocess.Popen(
             argv,
@@ -516,6 +521,9 @@ class ZygoteProcess:
         if self.memory_cgroup is not None:  # its workers die with it (PID 1 of the jail, or the parent-death signal)
             self.memory_cgroup.remove(wait=2.0)
             self.memory_cgroup = None
+        if self.package_view is not None:
+            guest_tree.remove(self.package_view)
+            self.package_view = None
 
 
 @dataclass

@@ -25,6 +25,7 @@ import os
 CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MNT_DETACH = 2
 EMPTY_MOUNTS = ("/tmp", "/dev/shm")  # fresh, empty and read-only in each worker
 READ_ONLY = ("/", "/dev")  # bubblewrap's writable tmpfs mounts, made read-only in each worker
 
@@ -59,6 +60,14 @@ def enter_private_namespaces() -> None:
             _mount("tmpfs", target, "tmpfs", safe | MS_RDONLY, "size=4k,nr_inodes=1,mode=0555")
     for target in READ_ONLY:
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def hide(paths: tuple[str, ...]) -> None:
+    """Unmount the pool's cgroup folders from this worker's view once it has joined its slots: from there on it has
+    no use for them, and they would show every other slot's counters (how much memory other sessions hold)."""
+    for path in paths:
+        if path and _libc.umount2(path.encode(), MNT_DETACH) != 0:
+            _check(-1, f"umount {path}")
 
 
 def probe() -> str:

@@ -64,6 +64,7 @@ def main(argv: list[str]) -> None:
     hard = dict(config["hardening"])
     if private:  # the server's empty folder lies under /tmp, which a worker replaces with an empty read-only one
         hard["workdir"] = worker_ns.EMPTY_MOUNTS[0]
+        hard["own_namespaces"] = True
     hard["address_space"] = baseline + int(config["worker_memory"])
     hard["read_paths"] = tuple(library_paths())
     cfg = HardeningConfig(**hard)
