@@ -13,9 +13,10 @@ loopback is exempt from the per-client share) and the plain FastAPI echo floor o
    server's own growth (private memory, RSS) against a server with no episode;
 3. idle CPU: utime + stime of the server and of every process under it (zygote, workers, generators) over
    ``--idle-s`` seconds while all the episodes sit idle (sockets open, no messages);
-4. active: for each K of ``--active``, K of the live episodes step concurrently (``--steps`` each, half ``print(1)``,
-   half a forward pass of the family's probe) while the others stay idle; then K connections to the echo server do
-   the same number of round trips with the same client library -> p50 / p95 per kind, and the ratio to the echo.
+4. active: for each K of ``--active``, K of the live episodes (every family) step at once, ``--steps`` each, first
+   ``print(1)``, then a small forward pass (8 rows of the family's probe), while the others stay idle; K connections
+   to the echo server do as many round trips with the same client library -> p50 / p95, the ratios to the echo's,
+   and the CPU each step cost the server, the workers and the client (``/proc/<pid>/task/*/schedstat``).
 
 One asyncio client process drives everything (its CPU is in every figure, the echo's included). ``--check`` exits
 non-zero when an episode could not be opened, a step failed or the watchdog killed a worker (figures printed anyway).
@@ -39,6 +40,7 @@ from mechsandbox.evaluation.local_server import LocalServer
 from mechsandbox.evaluation.procfs import children, smaps_rollup, stat_fields, zygote_of
 from websockets.asyncio.client import ClientConnection, connect
 
+T = typing.TypeVar("T")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 2**20
 # a small forward pass per family: 8 rows of the probe input its namespace holds (tasks/*/generator.py, ``probe=``)
@@ -145,36 +147,60 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] * 1e3 if xs else float("nan")
 
 
-async def timed_steps(episodes: list[Episode], steps: int, real: bool) -> dict[str, list[float]]:
-    """Every episode steps ``steps`` times at once (half print, half forward); latencies per kind in seconds."""
-    out: dict[str, list[float]] = {"print": [], "forward": []}
+async def timed_steps(episodes: list[Episode], steps: int, kind: str) -> list[float]:
+    """Every episode sends ``steps`` steps of ``kind`` (``print``, ``forward``, or ``echo`` for the floor) at once;
+    the latencies in seconds."""
+    out: list[float] = []
     start = asyncio.Barrier(len(episodes))
 
     async def one(ep: Episode) -> None:
+        code = FORWARD[ep.family] if kind == "forward" else "print(1)"
         await start.wait()
-        for i in range(steps):
-            kind = "print" if i % 2 == 0 else "forward"
-            code = "print(1)" if kind == "print" or not real else FORWARD[ep.family]
+        for _ in range(steps):
             t = time.perf_counter()
             try:
                 reply = await call(ep.ws, step(code))
-                observation = reply.get("data", {}).get("observation", reply.get("data", {}))
-                error = observation.get("error") if isinstance(observation, dict) else None
-                if real and error:
-                    ep.errors.append(str(error)[:160])
             except Exception as exc:
                 ep.errors.append(f"{type(exc).__name__}: {exc}"[:160])
                 return
-            out[kind].append(time.perf_counter() - t)
+            out.append(time.perf_counter() - t)
+            observation = reply.get("data", {}).get("observation", {}) if kind != "echo" else {}
+            if observation.get("error") or observation.get("namespace_reset"):
+                ep.errors.append(str(observation.get("error") or "namespace reset")[:160])
 
     await asyncio.gather(*(one(ep) for ep in episodes))
     return out
 
 
-async def echo_round(url: str, k: int, steps: int) -> dict[str, list[float]]:
+def run_time(pid: int) -> float:
+    """Seconds on a CPU of every live thread of ``pid`` (/proc/<pid>/task/*/schedstat, in nanoseconds: /proc/<pid>/stat
+    counts 10 ms ticks, too coarse for a few hundred echo steps)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
+async def with_cpu(work: typing.Awaitable[T], groups: list[list[int]]) -> tuple[T, list[float]]:
+    """``work``'s result and the CPU seconds each group of processes spent on it, then this client process's."""
+    before, mine = [sum(run_time(p) for p in group) for group in groups], time.process_time()
+    result = await work
+    after, now = [sum(run_time(p) for p in group) for group in groups], time.process_time()
+    return result, [a - b for a, b in zip(after, before, strict=True)] + [now - mine]
+
+
+async def echo_round(url: str, k: int, steps: int) -> list[float]:
     sockets = [await connect(url.replace("http", "ws") + "/ws") for _ in range(k)]
     try:
-        return await timed_steps([Episode("echo", ws) for ws in sockets], steps, real=False)
+        return await timed_steps([Episode("echo", ws) for ws in sockets], steps, "echo")
     finally:
         for ws in sockets:
             await ws.close()
@@ -298,19 +324,25 @@ async def measure(args: argparse.Namespace, server: LocalServer, echo: Floor) ->
           f"(the busiest {busiest:.2f} s), other children {others:.2f} s", flush=True)  # fmt: skip
 
     print("\nactive episodes among the idle ones: step latency, ms (echo: the plain FastAPI floor, same client)")
-    print(f"  {'K':>3}  {'kind':8} {'p50':>8} {'p95':>8} {'echo p50':>9} {'echo p95':>9} {'x p50':>6} {'x p95':>6}")
+    print(
+        f"  {'K':>3}  {'kind':8} {'p50':>8} {'p95':>8} {'echo p50':>9} {'echo p95':>9} {'x p50':>6} {'x p95':>6}   "
+        "CPU per step, ms: server / workers / client"
+    )
     step_errors = 0
     for k in (int(s) for s in args.active.split(",")):
-        # the active K are spread over the families (episodes alternate between them)
-        active = episodes[:k]
-        await asyncio.to_thread(settle, server.url, 1)
-        ours = await timed_steps(active, args.steps, real=True)
-        floor = await echo_round(echo.url, k, args.steps)
+        active = episodes[:k]  # spread over the families: episodes alternate between them
+        floor, floor_cpu = await with_cpu(echo_round(echo.url, k, args.steps), [[echo.process.pid]])
+        e50, e95 = pct(floor, 0.5), pct(floor, 0.95)
         for kind in ("print", "forward"):
-            p50, p95 = pct(ours[kind], 0.5), pct(ours[kind], 0.95)
-            e50, e95 = pct(floor["print"] + floor["forward"], 0.5), pct(floor["print"] + floor["forward"], 0.95)
-            print(f"  {k:3}  {kind:8} {p50:8.2f} {p95:8.2f} {e50:9.2f} {e95:9.2f} {p50 / e50:6.1f} {p95 / e95:6.1f}",
-                  flush=True)  # fmt: skip
+            await asyncio.to_thread(settle, server.url, 1)
+            ours, cpu = await with_cpu(timed_steps(active, args.steps, kind), [[pid], descendants(pid)])
+            p50, p95 = pct(ours, 0.5), pct(ours, 0.95)
+            per_step = [1e3 * x / max(1, len(ours)) for x in cpu]
+            print(f"  {k:3}  {kind:8} {p50:8.2f} {p95:8.2f} {e50:9.2f} {e95:9.2f} {p50 / e50:6.1f} {p95 / e95:6.1f}   "
+                  f"{per_step[0]:.2f} / {per_step[1]:.2f} / {per_step[2]:.2f}", flush=True)  # fmt: skip
+        echo_cpu = [1e3 * x / max(1, len(floor)) for x in floor_cpu]
+        print(f"       echo CPU per step, ms: {echo_cpu[0]:.2f} (server) / {echo_cpu[1]:.2f} (client); load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
         errors = [e for ep in active for e in ep.errors]
         step_errors += len(errors)
         if errors:
@@ -335,6 +367,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=16, help="episodes being opened at a time")
     ap.add_argument("--memory-budget-mb", type=int, default=None, help="MECHSANDBOX_MEMORY_BUDGET_MB (default: the "
                     "server's, RAM minus 4 GiB)")  # fmt: skip
+    ap.add_argument("--env", action="append", default=[], metavar="NAME=VALUE", help="more server settings")
     ap.add_argument("--check", action="store_true", help="exit 1 when an episode could not open or a step failed")
     args = ap.parse_args()
     unknown = [f for f in args.families.split(",") if f not in FORWARD]
@@ -342,6 +375,7 @@ def main() -> None:
         sys.exit(f"no forward snippet for {unknown}; known: {', '.join(FORWARD)}")
     env = {"MECHSANDBOX_SESSION_CAP": str(args.episodes), "MECHSANDBOX_TRAIN_MAX_STEPS": "10000",
            "MECHSANDBOX_PREFETCH_DEPTH": "0"}  # fmt: skip
+    env |= dict(item.split("=", 1) for item in args.env)
     ram = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     args.budget_mib = max(ram - 4 * 2**30, 2**30) / MIB
     if args.memory_budget_mb is not None:
