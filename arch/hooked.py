@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .tensors import is_plain_array_data
+
 HookFn = Callable[..., Any]
 NameFilter = None | str | Sequence[str] | Callable[[str], bool]
 
@@ -602,9 +604,12 @@ def get_act_name(name: str, layer: int | None = None, subtype: str | None = None
 
 
 def to_numpy(tensor: Any) -> np.ndarray:
-    """TransformerLens' ``utils.to_numpy``."""
+    """TransformerLens' ``utils.to_numpy``: tensors, arrays, numbers and plain (nested) lists or tuples of them only,
+    so no object's interface protocol (``__array_interface__`` and the like) is honoured (``is_plain_array_data``)."""
     if isinstance(tensor, torch.Tensor):
         return tensor.detach().cpu().numpy()
+    if not is_plain_array_data(tensor):
+        raise TypeError(f"to_numpy takes a tensor, an array, a number or a plain list, not {type(tensor).__name__!r}")
     return np.asarray(tensor)
 
 

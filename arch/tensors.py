@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -44,3 +45,25 @@ def split_public_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, to
     state = {k.removeprefix(MODEL_PREFIX): v for k, v in tensors.items() if k.startswith(MODEL_PREFIX)}
     probe = {k.removeprefix(PROBE_PREFIX): v for k, v in tensors.items() if k.startswith(PROBE_PREFIX)}
     return state, probe
+
+
+#: Values that are array data by themselves: Python and numpy numbers, strings, None.
+PLAIN_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+MAX_NESTING = 32  # numpy's own limit on dimensions
+
+
+def is_plain_array_data(value: Any, depth: int = 0) -> bool:
+    """A tensor, an ndarray, a number, a string or a plain (nested) list/tuple of them.
+
+    Why: array constructors honour interface protocols (``__array_interface__``, ``__array_struct__``,
+    ``__array__``, ``__dlpack__``, the buffer protocol) on any other object, and an object that answers them with a
+    chosen address gives raw reads and writes of the process's memory. The sandbox hands array constructors only
+    values this accepts; exact types (never subclasses of the containers or numbers), so nothing user-defined
+    can answer a protocol on the way."""
+    if isinstance(value, torch.Tensor | np.ndarray | np.generic) or type(value) in PLAIN_SCALARS:
+        return True
+    if type(value) is range:
+        return True
+    if type(value) in (list, tuple, torch.Size):
+        return depth < MAX_NESTING and all(is_plain_array_data(item, depth + 1) for item in value)
+    return False

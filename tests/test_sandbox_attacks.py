@@ -161,6 +161,65 @@ MEMORY = [
     ("ndarray-base", "print(np.zeros(4)[1:].base)", r"refused"),
 ]
 
+# Issue 54: a string given as data must never become an attribute (or read one), no object may answer an interface
+# protocol to an array constructor, and no tensor may leave the strided layout. Each closed as a class: see
+# docs/SANDBOX.md, "Escape classes closed in layers 1 and 2", and tests/test_sandbox_class_audit.py.
+_UNDERSCORE = r"names starting with '_' are refused"
+_NOT_ARRAY = r"is refused: an argument of type .* is not a tensor, an array"
+_LAYOUT = r"layouts are not available in the sandbox"
+_INTERFACE = "{'shape': (1,), 'typestr': '<u8', 'data': (8, False), 'version': 3}"
+
+NAMES_AS_DATA = [
+    (
+        "parameterdict-interface",
+        f"pd = nn.ParameterDict()\npd['__array_interface__'] = {_INTERFACE}\nnp.asarray(pd)",
+        _UNDERSCORE,
+    ),
+    ("parameterdict-read-class", "print(nn.ParameterDict()['__class__'])", _UNDERSCORE),
+    ("parameterdict-update", "nn.ParameterDict().update({'__array__': 1})", _UNDERSCORE),
+    ("moduledict-dunder", "nn.ModuleDict({'__array__': nn.Identity()})", _UNDERSCORE),
+    (
+        "sequential-dict",
+        "import collections\nnn.Sequential(collections.OrderedDict([('__dlpack__', nn.ReLU())]))",
+        _UNDERSCORE,
+    ),
+    ("model-register-buffer", "model.register_buffer('__array_interface__', torch.ones(1))", _UNDERSCORE),
+    ("register-parameter", "nn.Linear(2, 2).register_parameter('_p', nn.Parameter(torch.ones(1)))", _UNDERSCORE),
+    ("unbound-add-module", "nn.Module.add_module(model, '__array__', nn.Identity())", _UNDERSCORE),
+    ("get-submodule-dunder", "print(model.get_submodule('blocks.__class__'))", _UNDERSCORE),
+    (
+        "namedtuple-module",
+        "import collections\ncollections.namedtuple('P', 'a', module='sandbox')",
+        r"module=\.\.\.\) is refused",
+    ),
+]
+
+PROTOCOLS = [
+    ("np-asarray-module", "print(np.asarray(nn.Identity()))", _NOT_ARRAY),
+    ("np-sum-module", "print(np.sum(nn.ParameterDict()))", _NOT_ARRAY),
+    ("np-ufunc-module", "print(np.add(nn.ModuleDict(), 1))", _NOT_ARRAY),
+    ("np-nested-module", "print(np.array([[1, nn.Identity()]], dtype='O'))", _NOT_ARRAY),
+    ("to-numpy-module", "print(utils.to_numpy(nn.ParameterDict()))", r"to_numpy takes a tensor"),
+    ("torch-tensor-module", "print(torch.tensor(nn.Identity()))", _NOT_ARRAY),
+    ("new-tensor-module", "print(torch.zeros(1).new_tensor(model))", _NOT_ARRAY),
+    ("object-array-item", "a = np.empty(1, dtype='O')\na[0] = nn.Identity()", r"item cannot be set"),
+    ("object-array-bytes", "print(np.array([1, 'a'], dtype='O').tobytes())", r"items' addresses"),
+    ("ndarray-memoryview", "print(np.zeros(2).data)", r"memoryview object is not available"),
+    ("module-compile", "model.compile()\nmodel(tokens)", r"'compile' is refused"),
+]
+
+RAW_LAYOUTS = [
+    ("sparse-index-write", "s = torch.ones(4).to_sparse()\ns.indices()[0, 0] = 10 ** 9\nprint(s.to_dense())", _LAYOUT),
+    ("sparse-csr", "print(torch.eye(3).to_sparse_csr())", _LAYOUT),
+    ("sparse-coo-unbound", "print(torch.Tensor.to_sparse_coo(torch.eye(2)))", _LAYOUT),
+    ("sparse-mask", "print(torch.eye(2).sparse_mask(torch.eye(2)))", _LAYOUT),
+    ("mkldnn", "print(torch.ones(2).to_mkldnn())", _LAYOUT),
+    ("indices", "print(torch.ones(2).indices())", _LAYOUT),
+    ("sparse-coo-tensor", "print(torch.sparse_coo_tensor([[0]], [1.0], (1,)))", r"not available"),
+    ("quantize", "print(torch.quantize_per_tensor(torch.ones(2), 0.1, 0, torch.quint8))", r"refused|not available"),
+    ("nested", "print(torch.nested.nested_tensor([torch.ones(2)]))", r"not available"),
+]
+
 
 def _all_cases() -> list[tuple[str, str, str]]:
     groups = {
@@ -173,6 +232,9 @@ def _all_cases() -> list[tuple[str, str, str]]:
         "pickle-write": PICKLE_AND_WRITE,
         "native-jit": NATIVE_AND_JIT,
         "memory": MEMORY,
+        "names-as-data": NAMES_AS_DATA,
+        "protocols": PROTOCOLS,
+        "raw-layouts": RAW_LAYOUTS,
     }
     return [(f"{group}/{name}", code, pattern) for group, cases in groups.items() for name, code, pattern in cases]
 
@@ -236,6 +298,35 @@ def test_errors_never_echo_the_snippet_source(session) -> None:
         result = session.run(code)
         assert result.error
         assert f"{marker} = (" not in result.error and "= 1" not in result.error
+
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{7,}")
+
+SHOWS_AN_ADDRESS = [
+    ("repr-function", "def f():\n    pass\nprint(repr(f))"),
+    ("fstring-method", "print(f'{model.hooks!r} {torch.relu}')"),
+    ("percent-builtin", "print('%s %r' % (torch.zeros(1).add, np.random.default_rng(0)))"),
+    ("str-format", "print('{} {}'.format(lambda: 0, iter([1])))"),
+    ("str-and-format", "print(str(print), format(model.hooks, ''), ascii(reset_model))"),
+    ("echo-instance", "class A:\n    pass\nA()"),
+    ("printed-back", "print(utils.to_numpy)\ntext = printed\nprint(text)"),
+    (
+        "exception-args",
+        "try:\n    [].index(reset_model)\nexcept ValueError as e:\n    print(e.args[0], str(e), repr(e))",
+    ),
+    ("error-line", "raise ValueError(reset_model)"),
+    ("library-error", "[].index(np.random.default_rng(0))"),
+]
+
+
+@pytest.mark.parametrize(("case_id", "code"), SHOWS_AN_ADDRESS, ids=[c[0] for c in SHOWS_AN_ADDRESS])
+def test_no_text_shows_an_address(session, case_id: str, code: str) -> None:
+    """Default reprs print addresses (``<function f at 0x7f...>``); with one and a raw-memory primitive a snippet
+    owns the worker. Whatever route the text takes to the snippet or the agent, the address is hidden."""
+    result = session.run(code)
+    shown = result.stdout + (result.error or "")
+    assert "0x..." in shown, shown  # the object was shown, without its address
+    assert not ADDRESS.search(shown), shown
 
 
 # --- resource exhaustion, exits and crashes ----------------------------------------------------

@@ -28,7 +28,8 @@ import math
 import random
 import re
 import statistics
-from collections.abc import Iterable
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import einops
@@ -46,6 +47,7 @@ from torch import nn
 
 from ...arch import utils
 from ...arch.hooked import eigvals_checked
+from ...arch.tensors import is_plain_array_data
 
 #: Members refused on purpose, with the reason shown to the agent.
 REFUSED_REASONS: dict[str, str] = {}
@@ -85,9 +87,203 @@ _refuse(
     "helpers that copy attributes by name are not available in the sandbox; set __name__-like fields by hand",
     "update_wrapper WRAPPER_ASSIGNMENTS WRAPPER_UPDATES attrgetter methodcaller",
 )
+#: Why non-strided layouts are refused (the policy refuses tensor members that match ``LAYOUT_MEMBER``).
+LAYOUT_REASON = (
+    "sparse, quantized, nested and mkldnn layouts are not available in the sandbox: their index and offset tensors "
+    "are raw memory (an edited index writes out of bounds); use dense tensors"
+)
+#: Tensor members that make or read non-strided layouts: ``to_sparse*``, ``sparse_mask``, ``to_mkldnn``,
+#: ``quantize*``/``dequantize``/``int_repr``/``q_*``, ``to_padded_tensor``, ``indices``/``values`` and the compressed
+#: index accessors (which on a sparse tensor hand out its raw index storage), ``coalesce``.
+LAYOUT_MEMBER = re.compile(
+    r"sparse|mkldnn|quantiz|^q_|^int_repr$|nested|padded|^(indices|values|crow_indices|col_indices|ccol_indices|"
+    r"row_indices|coalesce|is_coalesced)$"
+)
 
 #: ``__module__`` of every class and function a snippet defines (the exec globals' ``__name__``).
 SNIPPET_MODULE = "sandbox"
+#: The file name a snippet's code objects carry (so its frames are told apart from library frames).
+SNIPPET_FILENAME = "<snippet>"
+
+
+# --- no attribute by data ----------------------------------------------------------------------
+#
+# Why: a registry that turns a string into an attribute lets a snippet plant names the policy refuses to write:
+# ``nn.ParameterDict()["__array_interface__"] = {...}`` became an instance attribute that ``np.asarray`` honoured
+# (raw reads and writes of the worker's memory), and ``pd["__class__"]`` read one. Every such path in torch ends in one
+# of the methods below (``ModuleDict``, ``Sequential(OrderedDict)`` and ``register_module`` go through ``add_module``;
+# every ``ParameterDict`` access through ``_key_to_attr``), so they refuse names with a part starting with "_" while a
+# snippet is on the stack; outside a snippet (the library's own underscore buffers) nothing changes.
+# tests/test_sandbox_class_audit.py finds these paths by trying every reachable class with dunder keys.
+
+#: ``nn.Module`` methods whose first argument names an attribute, module, parameter or buffer.
+NAME_TAKING_MODULE_METHODS = (
+    "add_module",
+    "register_module",
+    "register_buffer",
+    "register_parameter",
+    "get_submodule",
+    "get_parameter",
+    "get_buffer",
+)
+
+
+def snippet_on_stack() -> bool:
+    """Whether a snippet's frame is among the callers (the name came, directly or through a library, from one)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename == SNIPPET_FILENAME:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def check_attribute_name(name: Any, where: str) -> None:
+    """Refuse a name given as data that has a dotted part starting with "_" when it comes from a snippet."""
+    if type(name) is str and any(part.startswith("_") for part in name.split(".")) and snippet_on_stack():
+        raise KeyError(f"{where}: names starting with '_' are refused in the sandbox (they would be attributes)")
+
+
+def _name_checked(method: Callable[..., Any], where: str) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def checked(self: Any, name: Any, *args: Any, **kwargs: Any) -> Any:
+        check_attribute_name(name, where)
+        return method(self, name, *args, **kwargs)
+
+    checked.sandbox_name_guard = True  # type: ignore[attr-defined]
+    return checked
+
+
+#: Every torch method that turns a string into a module attribute or table entry, or reads one by a string.
+#: ``ParameterDict.__setitem__`` is checked before ``_key_to_attr`` only so that a refused key leaves no trace in
+#: the dict's key list.
+NAME_GUARDED: tuple[tuple[type, str], ...] = (
+    *((nn.Module, name) for name in NAME_TAKING_MODULE_METHODS),
+    (nn.ParameterDict, "__setitem__"),
+    (nn.ParameterDict, "_key_to_attr"),
+)
+
+
+def install_name_guards() -> None:
+    """Put the name check in front of each ``NAME_GUARDED`` method (idempotent)."""
+    for owner, name in NAME_GUARDED:
+        method = owner.__dict__[name]
+        if not getattr(method, "sandbox_name_guard", False):
+            setattr(owner, name, _name_checked(method, f"{owner.__name__}.{name}"))
+
+
+def sandbox_namedtuple(typename: str, field_names: Any, **kwargs: Any) -> type:
+    """``collections.namedtuple`` without ``module=`` (it sets the class's ``__module__`` by data; the value
+    ``'sandbox'`` would make a library class pass for a snippet's own)."""
+    if "module" in kwargs:
+        raise TypeError("collections.namedtuple(module=...) is refused: it sets __module__ by name")
+    return collections.namedtuple(typename, field_names, **kwargs)
+
+
+# --- no interface protocols on sandbox objects -------------------------------------------------
+#
+# Why: numpy honours ``__array_interface__``/``__array_struct__``/``__array__``/the buffer protocol and torch
+# ``__dlpack__``/``__cuda_array_interface__`` on *any* argument, so an object that answers one with a chosen address
+# is an array over any memory. Every numpy facade function and ufunc, ``torch.tensor``/``as_tensor``/``from_numpy``,
+# ``Tensor.new_tensor`` and ``utils.to_numpy`` take array data only as tensors, ndarrays, numbers, strings and plain
+# nested lists/tuples of them (``arch.tensors.is_plain_array_data``); other arguments may be dtypes, slices and the
+# numpy random state objects. Anything else is refused before the library sees it.
+
+_PLAIN_TYPES = (int, float, complex, bool, str, bytes)
+_RANDOM_STATE = (np.random.BitGenerator, np.random.SeedSequence, np.random.Generator)
+
+
+def _argument(owner: str, value: Any) -> Any:
+    """``value`` as the library may take it: plain data, a dtype, a slice, random state; else a TypeError."""
+    value = unwrap_class(value)
+    if is_plain_array_data(value):
+        return value
+    if isinstance(value, type) and (issubclass(value, np.generic) or value in _PLAIN_TYPES):
+        return value
+    if isinstance(value, (np.dtype, torch.dtype, torch.device, slice, *_RANDOM_STATE)) or value is Ellipsis:
+        return value
+    raise TypeError(
+        f"{owner}(...) is refused: an argument of type {type(value).__name__!r} is not a tensor, an array, a number or "
+        "a plain list/tuple of them (other objects could answer __array_interface__ and the like)"
+    )
+
+
+def _plain_items(owner: str, iterable: Any) -> Iterator[Any]:
+    for item in iterable:
+        yield _argument(owner, item)
+
+
+def array_data_only(owner: str, fn: Callable[..., Any], first: str = "data") -> Callable[..., Any]:
+    """``fn`` with every argument checked by ``_argument``. ``first``: what the first positional argument may be
+    besides data: ``"function"`` (``np.fromfunction``) or ``"iterable"`` (``np.fromiter``: its items are checked)."""
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        checked_args = [_argument(owner, a) for a in args[1:]]
+        if args:
+            head = args[0]
+            if first == "function" and callable(head) and not isinstance(head, type):
+                checked_args.insert(0, head)
+            elif first == "iterable" and not is_plain_array_data(head):
+                checked_args.insert(0, _plain_items(owner, iter(head)))
+            else:
+                checked_args.insert(0, _argument(owner, head))
+        return fn(*checked_args, **{k: _argument(owner, v) for k, v in kwargs.items()})
+
+    return checked
+
+
+class CheckedUfunc:
+    """A numpy ufunc whose calls and methods (``reduce``, ``accumulate``, ``outer``, ``at``, ``reduceat``) take checked
+    arguments; its other public attributes (``nin``, ``identity``, ...) are the ufunc's."""
+
+    __slots__ = ("_owner", "_ufunc")
+
+    def __init__(self, owner: str, ufunc: np.ufunc):
+        object.__setattr__(self, "_owner", owner)
+        object.__setattr__(self, "_ufunc", ufunc)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return array_data_only(self._owner, self._ufunc)(*args, **kwargs)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_"):
+            raise AttributeError(f"attribute {attr!r} is not available in the sandbox")
+        value = getattr(self._ufunc, attr)
+        return array_data_only(f"{self._owner}.{attr}", value) if callable(value) else value
+
+    def __setattr__(self, attr: str, value: Any) -> None:
+        raise TypeError(f"{self._owner} is read-only in the sandbox")
+
+    @property
+    def __name__(self) -> str:  # type: ignore[override]
+        return self._ufunc.__name__
+
+    @property
+    def __doc__(self) -> str | None:  # type: ignore[override]
+        return self._ufunc.__doc__
+
+    @property
+    def __wrapped__(self) -> np.ufunc:
+        """For ``inspect`` (``help``, the member audit); a snippet cannot read underscore names."""
+        return self._ufunc
+
+    def __repr__(self) -> str:
+        return repr(self._ufunc)
+
+
+def _numpy_checked(owner: str, members: dict[str, Any]) -> dict[str, Any]:
+    """Every numpy function and ufunc in ``members`` behind the argument check; classes and constants unchanged."""
+    firsts = {"fromfunction": "function", "fromiter": "iterable"}
+    out: dict[str, Any] = {}
+    for name, value in members.items():
+        if isinstance(value, np.ufunc):
+            out[name] = CheckedUfunc(f"{owner}.{name}", value)
+        elif callable(value) and not isinstance(value, type | GuardedClass):
+            out[name] = array_data_only(f"{owner}.{name}", value, firsts.get(name, "data"))
+        else:
+            out[name] = value
+    return out
 
 
 # --- guarded callables -------------------------------------------------------------------------
@@ -329,6 +525,8 @@ def build_torch() -> dict[str, Facade]:
     autograd = Facade("torch.autograd", {**_pick(torch.autograd, _AUTOGRAD), "functional": autograd_functional})
     optim = Facade("torch.optim", _pick(torch.optim, _OPTIM))
     members = _pick(torch, torch_op_names() + _TORCH_EXTRA)
+    for name in ("tensor", "as_tensor", "from_numpy"):
+        members[name] = array_data_only(f"torch.{name}", members[name])
     members.update(nn=nn_facade, fft=fft, linalg=linalg, special=special, autograd=autograd, optim=optim)
     top = Facade("torch", members)
     return {
@@ -385,10 +583,10 @@ _NP_RANDOM = _words(
 
 
 def build_numpy() -> dict[str, Facade]:
-    linalg = Facade("numpy.linalg", _pick(np.linalg, np.linalg.__all__))
-    fft = Facade("numpy.fft", _pick(np.fft, np.fft.__all__))
-    rnd = Facade("numpy.random", _pick(np.random, _NP_RANDOM))
-    members = {**_pick(np, _NUMPY), "ndarray": SANDBOX_NDARRAY}
+    linalg = Facade("numpy.linalg", _numpy_checked("numpy.linalg", _pick(np.linalg, np.linalg.__all__)))
+    fft = Facade("numpy.fft", _numpy_checked("numpy.fft", _pick(np.fft, np.fft.__all__)))
+    rnd = Facade("numpy.random", _numpy_checked("numpy.random", _pick(np.random, _NP_RANDOM)))
+    members = {**_numpy_checked("numpy", _pick(np, _NUMPY)), "ndarray": SANDBOX_NDARRAY}
     top = Facade("numpy", {**members, "linalg": linalg, "fft": fft, "random": rnd})
     return {"numpy": top, "numpy.linalg": linalg, "numpy.fft": fft, "numpy.random": rnd}
 
@@ -420,6 +618,7 @@ _STDLIB_GUARDED: dict[str, dict[str, Any]] = {
     "functools": {"wraps": sandbox_wraps, "total_ordering": sandbox_total_ordering},
     "json": {"dumps": sandbox_json_dumps, "loads": sandbox_json_loads},
     "copy": {"deepcopy": sandbox_deepcopy},
+    "collections": {"namedtuple": sandbox_namedtuple},
 }
 
 
@@ -444,7 +643,8 @@ def build_field_libraries() -> dict[str, Facade]:
 
 
 def build_facades() -> dict[str, Facade]:
-    """Every importable name mapped to its facade (``torch.nn.functional`` included)."""
+    """Every importable name mapped to its facade (``torch.nn.functional`` included); installs the name guards."""
+    install_name_guards()
     return {**build_torch(), **build_numpy(), **build_stdlib(), **build_field_libraries()}
 
 

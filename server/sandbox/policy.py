@@ -26,6 +26,7 @@ import marshal
 import operator
 import os
 import pickle
+import re
 import secrets
 import shutil
 import socket
@@ -43,9 +44,18 @@ from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack
 from RestrictedPython.transformer import INSPECT_ATTRIBUTES, IOPERATOR_TO_STR, copy_locations
 from torch import nn
 
-from .facade import REFUSED_REASONS, SNIPPET_MODULE, Facade, unwrap_class
-
-SNIPPET_FILENAME = "<snippet>"
+from ...arch.tensors import is_plain_array_data
+from .facade import (
+    LAYOUT_MEMBER,
+    LAYOUT_REASON,
+    REFUSED_REASONS,
+    SNIPPET_FILENAME,
+    SNIPPET_MODULE,
+    Facade,
+    GuardedClass,
+    array_data_only,
+    unwrap_class,
+)
 
 #: Method and attribute names refused on every object (file I/O, pickle, raw memory, traversal).
 DENIED_ATTRIBUTES = frozenset(
@@ -98,8 +108,13 @@ DENIED_ATTRIBUTES = frozenset(
         "im_self",
         "tb_lasti",
         "getattr_static",
+        "compile",  # nn.Module.compile: TorchDynamo rewrites bytecode and generates code
     ]
 )
+
+#: ndarray members refused on object arrays: their bytes are the items' addresses, and writes would put objects in
+#: that ``astype(str)`` prints by their default repr (object arrays hold plain data only: ``ArrayWrites``).
+OBJECT_ARRAY_DENIED = frozenset(["tobytes", "tostring", "fill", "put", "choose", "view"])
 
 _INPLACE_OPS: dict[str, Callable[[Any, Any], Any]] = {
     "+=": operator.iadd,
@@ -120,6 +135,86 @@ _INPLACE_OPS: dict[str, Callable[[Any, Any], Any]] = {
 
 class SandboxError(Exception):
     """A refusal by the policy, with a message meant for the agent."""
+
+
+# --- no addresses ------------------------------------------------------------------------------
+#
+# Why: CPython's default reprs print an object's address (``<function f at 0x7f...>``, ``<built-in method add of Tensor
+# object at 0x...>``, numpy's ``Generator(PCG64) at 0x...``), and so do C-made error messages (``%R is not in list``).
+# With an address and any raw-memory primitive a snippet reads and writes the worker's heap. The reprs themselves
+# are C code, so the text is cleaned where a snippet can obtain it: ``repr``/``str``/``ascii``/``format``/``hash``
+# builtins, f-strings and ``%`` (rewritten at compile time), ``str.format``, printed output (``printed``, echo,
+# warnings), attribute reads that give strings (exception ``args``), and the error line the agent sees.
+
+ADDRESS = re.compile(r"0x[0-9a-fA-F]{7,}")
+HIDDEN_ADDRESS = "0x..."
+
+
+def hide_addresses(text: str) -> str:
+    """``text`` with every hexadecimal number of seven or more digits (an address) replaced by ``0x...``."""
+    return ADDRESS.sub(HIDDEN_ADDRESS, text) if "0x" in text or "0X" in text else text
+
+
+def _hidden(value: Any) -> Any:
+    """Strings (and tuples of strings, such as an exception's ``args``) without addresses; other values unchanged."""
+    if isinstance(value, str):
+        return hide_addresses(value)
+    if type(value) is tuple and any(isinstance(v, str) for v in value):
+        return tuple(hide_addresses(v) if isinstance(v, str) else v for v in value)
+    return value
+
+
+def safe_repr(obj: Any) -> str:
+    return hide_addresses(repr(obj))
+
+
+def safe_ascii(obj: Any) -> str:
+    return hide_addresses(ascii(obj))
+
+
+def safe_format(value: Any, spec: str = "") -> str:
+    return hide_addresses(format(value, spec))
+
+
+_CONVERSIONS: dict[int, Callable[[Any], str]] = {ord("s"): str, ord("r"): repr, ord("a"): ascii}
+
+
+def format_value(value: Any, conversion: int, spec: str) -> str:
+    """One ``{...}`` field of an f-string (the compiler rewrites each to this call)."""
+    if conversion in _CONVERSIONS:
+        value = _CONVERSIONS[conversion](value)
+    return hide_addresses(format(value, spec))
+
+
+def modulo(left: Any, right: Any) -> Any:
+    """``left % right`` (the compiler rewrites every ``%`` to this call): printf-style text without addresses."""
+    return _hidden(left % right) if isinstance(left, str | bytes) else left % right
+
+
+class TextClass(GuardedClass):
+    """``str`` in the sandbox: ``str(x)`` hides addresses; ``isinstance``, ``str.join``, subclassing and
+    ``dtype=str`` work as before (``str.format`` stays refused: the unbound form walks attributes in C)."""
+
+    __slots__ = ()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> str:
+        return hide_addresses(str(*args, **kwargs))
+
+    def __mro_entries__(self, bases: tuple[Any, ...]) -> tuple[type, ...]:
+        return (str,)
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in ("format", "format_map"):
+            raise AttributeError(f"str.{attr} is refused: write 'template'.{attr}(...) instead")
+        return super().__getattr__(attr)
+
+    @property
+    def dtype(self) -> np.dtype:
+        """What numpy reads when this stands for a dtype (``a.astype(str)``)."""
+        return np.dtype(str)
+
+
+SANDBOX_STR = TextClass(str, 0, "")
 
 
 class OutputLimit(BaseException):
@@ -170,6 +265,27 @@ class SnippetTransformer(RestrictingNodeTransformer):
             node.body[-1] = echo
         return node
 
+    def visit_FormattedValue(self, node: ast.FormattedValue) -> Any:
+        """``f'{x!r:>8}'`` -> ``f'{_format_value_(x, 114, '>8')}'``: the field's text without addresses."""
+        node = super().visit_FormattedValue(node)
+        spec = node.format_spec if node.format_spec is not None else ast.Constant("")
+        args = [node.value, ast.Constant(node.conversion), spec]
+        call = ast.Call(func=ast.Name("_format_value_", ast.Load()), args=args, keywords=[])
+        new = ast.FormattedValue(value=call, conversion=-1, format_spec=None)
+        copy_locations(new, node)
+        ast.fix_missing_locations(new)
+        return new
+
+    def visit_BinOp(self, node: ast.BinOp) -> Any:
+        """``a % b`` -> ``_mod_(a, b)``: printf-style formatting of an object prints its default repr."""
+        node = super().visit_BinOp(node)
+        if not isinstance(node.op, ast.Mod):
+            return node
+        call = ast.Call(func=ast.Name("_mod_", ast.Load()), args=[node.left, node.right], keywords=[])
+        copy_locations(call, node)
+        ast.fix_missing_locations(call)
+        return call
+
     def visit_Attribute(self, node: ast.Attribute) -> Any:
         value = node.value
         if node.attr == "__name__" and isinstance(node.ctx, ast.Load):
@@ -212,7 +328,7 @@ def compile_snippet(source: str) -> types.CodeType:
 
 # --- value checks ------------------------------------------------------------------------------
 
-_FORBIDDEN_TYPES = (types.ModuleType, types.FrameType, types.TracebackType, types.CodeType)
+_FORBIDDEN_TYPES = (types.ModuleType, types.FrameType, types.TracebackType, types.CodeType, memoryview)
 
 
 def _dangerous_callables() -> set[int]:
@@ -277,11 +393,16 @@ def guarded_getattr(obj: Any, name: Any, *default: Any) -> Any:
     if name in ("format", "format_map"):
         if isinstance(obj, str):
             return _bound_format(obj) if name == "format" else _bound_format_map(obj)
-        if isinstance(obj, type) and issubclass(obj, str):  # str.format(template, ...) walks fields in C
+        cls = unwrap_class(obj)
+        if isinstance(cls, type) and issubclass(cls, str):  # str.format(template, ...) walks fields in C
             raise AttributeError(f"str.{name} is refused: write 'template'.{name}(...) instead")
     if name in DENIED_ATTRIBUTES and not isinstance(obj, Facade):  # a facade's members are an explicit allowlist
         reason = REFUSED_REASONS.get(name, "it can reach files, raw memory or the interpreter")
         raise AttributeError(f"attribute {name!r} is refused: {reason}")
+    if LAYOUT_MEMBER.search(name) and _is_tensor_or_class(obj):
+        raise AttributeError(f"attribute {name!r} is refused: {LAYOUT_REASON}")
+    if name in OBJECT_ARRAY_DENIED and isinstance(obj, np.ndarray) and obj.dtype.hasobject:
+        raise AttributeError(f"attribute {name!r} of an object array is refused: its bytes are the items' addresses")
     try:
         value = getattr(obj, name)
     except AttributeError:
@@ -290,7 +411,13 @@ def guarded_getattr(obj: Any, name: Any, *default: Any) -> Any:
         if isinstance(obj, Facade):
             raise  # the facade's own message, already fresh
         raise AttributeError(f"{_type_name(obj)!r} object has no attribute {name!r}") from None
-    return check_value(value)
+    if name == "new_tensor" and isinstance(obj, torch.Tensor):
+        return array_data_only("Tensor.new_tensor", value)
+    return _hidden(check_value(value))
+
+
+def _is_tensor_or_class(obj: Any) -> bool:
+    return isinstance(obj, torch.Tensor) or (isinstance(obj, type) and issubclass(obj, torch.Tensor))
 
 
 def guarded_hasattr(obj: Any, name: Any) -> bool:
@@ -346,6 +473,11 @@ class ArrayWrites:
         object.__setattr__(self, "_array", array)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        if not is_plain_array_data(value):  # numpy honours interface protocols on the value
+            raise TypeError(
+                f"an ndarray item cannot be set to a {type(value).__name__!r}: use a number, an array, a tensor or a "
+                "plain list"
+            )
         self._array[key] = value
 
     def __delitem__(self, key: Any) -> None:
@@ -406,16 +538,20 @@ def guarded_write(obj: Any) -> Any:
     return ReadOnly(obj)
 
 
+def _inplace(op: str, x: Any, y: Any) -> Any:
+    return modulo(x, y) if op == "%=" else _INPLACE_OPS[op](x, y)
+
+
 def inplace_var(op: str, x: Any, y: Any) -> Any:
-    return _INPLACE_OPS[op](x, y)
+    return _inplace(op, x, y)
 
 
 def inplace_item(obj: Any, key: Any, op: str, value: Any) -> None:
-    guarded_write(obj)[key] = _INPLACE_OPS[op](guarded_getitem(obj, key), value)
+    guarded_write(obj)[key] = _inplace(op, guarded_getitem(obj, key), value)
 
 
 def inplace_attr(obj: Any, name: str, op: str, value: Any) -> None:
-    setattr(guarded_write(obj), name, _INPLACE_OPS[op](guarded_getattr(obj, name), value))
+    setattr(guarded_write(obj), name, _inplace(op, guarded_getattr(obj, name), value))
 
 
 def guarded_setattr(obj: Any, name: Any, value: Any) -> None:
@@ -447,6 +583,9 @@ class SafeFormatter(string.Formatter):
             raise SandboxError("attribute and index lookups inside format fields are not available in the sandbox")
         return super().get_field(field_name, args, kwargs)
 
+    def vformat(self, format_string: str, args: Any, kwargs: Any) -> str:
+        return hide_addresses(super().vformat(format_string, args, kwargs))
+
 
 _FORMATTER = SafeFormatter()
 
@@ -477,6 +616,7 @@ class OutputBuffer:
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             text = str(text)
+        text = hide_addresses(text)
         room = self.cap - self.size
         data = text.encode("utf-8", "replace")  # lone surrogates become '?': the output must be valid UTF-8
         text = data.decode("utf-8")
@@ -580,7 +720,7 @@ def name_of(obj: Any) -> str:
         return obj.name
     if isinstance(obj, Facade):
         return object.__getattribute__(obj, "_name")
-    name = getattr(obj, "__name__", None)
+    name = getattr(unwrap_class(obj), "__name__", None)
     if type(name) is not str:
         raise AttributeError(f"{_describe(obj)} has no __name__")
     return name
@@ -601,7 +741,12 @@ def make_dir(g: dict[str, Any]) -> Callable[..., list[str]]:
         (obj,) = args
         if isinstance(obj, Facade):
             return obj.member_names
-        return sorted(n for n in dir(obj) if not n.startswith("_") and n not in DENIED_ATTRIBUTES)
+        layout = _is_tensor_or_class(obj)
+        return sorted(
+            n
+            for n in dir(obj)
+            if not n.startswith("_") and n not in DENIED_ATTRIBUTES and not (layout and LAYOUT_MEMBER.search(n))
+        )
 
     return sandbox_dir
 
@@ -618,6 +763,7 @@ HELP_CAP = 4096
 
 
 def _signature(obj: Any) -> str:
+    obj = inspect.unwrap(obj)  # the library function behind a facade's checking wrapper
     name = getattr(obj, "__qualname__", None) or type(obj).__name__
     try:
         return f"{name}{inspect.signature(obj)}"
@@ -642,15 +788,30 @@ def make_help(buffer_ref: Callable[[], OutputBuffer]) -> Callable[[Any], None]:
     return help
 
 
+def _keyed(number: int, key: bytes) -> int:
+    digest = hashlib.blake2b((number & (2**64 - 1)).to_bytes(8, "little"), key=key, digest_size=7).digest()
+    return int.from_bytes(digest, "little")
+
+
 def make_id() -> Callable[[Any], int]:
     """``id`` without addresses: a keyed hash of the address, stable within the worker."""
     key = secrets.token_bytes(16)
 
     def id_(obj: Any) -> int:
-        digest = hashlib.blake2b(builtins.id(obj).to_bytes(8, "little"), key=key, digest_size=7).digest()
-        return int.from_bytes(digest, "little")
+        return _keyed(builtins.id(obj), key)
 
     return id_
+
+
+def make_hash() -> Callable[[Any], int]:
+    """``hash`` without addresses: objects without ``__eq__`` hash by address (``hash(f)`` is the address shifted by
+    4 bits), so every hash is keyed; equal objects keep equal hashes."""
+    key = secrets.token_bytes(16)
+
+    def hash_(obj: Any) -> int:
+        return _keyed(builtins.hash(obj), key)
+
+    return hash_
 
 
 _EXTRA_BUILTINS = (
@@ -680,6 +841,11 @@ def make_builtins(
         globals=make_globals_view(namespace),
         help=make_help(buffer_ref),
         id=make_id(),
+        hash=make_hash(),
+        repr=safe_repr,
+        ascii=safe_ascii,
+        format=safe_format,
+        str=SANDBOX_STR,
         __import__=import_hook,
     )
     return b
@@ -708,6 +874,8 @@ def make_globals(
         "_print_": lambda _getattr=None: PrintHook(buffer_ref()),
         "_echo_": lambda value: echo(buffer_ref(), value),
         "_name_of_": name_of,
+        "_format_value_": format_value,
+        "_mod_": modulo,
     })  # fmt: skip
     g.update(namespace)
     return g

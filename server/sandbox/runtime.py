@@ -30,6 +30,7 @@ from .policy import (
     OutputLimit,
     SandboxError,
     compile_snippet,
+    hide_addresses,
     make_globals,
 )
 from .sealed import map_tensors
@@ -69,6 +70,7 @@ def format_error(exc: BaseException, cap: int) -> str:
     if type(refused) is str and refused in REFUSED_BUILTINS:
         message = f"name {refused!r} is refused in the sandbox: {REFUSED_BUILTINS[refused]}"
     text = _scrub_paths(f"{type(exc).__name__}: {message}" if message else type(exc).__name__)
+    text = hide_addresses(text)  # a default repr in the message (``ValueError(f)``, ``%R is not in list``)
     text = " ".join(text.encode("utf-8", "replace").decode("utf-8").split())
     text = f"{where}: {text}" if where else text
     return text if len(text) <= cap else text[: cap - 15] + " ... [truncated]"
