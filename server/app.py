@@ -39,7 +39,6 @@ from ..protocol import INFRA_CODE, infra_side, one_line
 from ..results import ResultsUnavailable
 from . import clients
 from .episode import EpisodeError, InfraFailure
-from .infra_frames import InfraErrorFrames
 from .limits import RequestLimits
 from .mcp import McpRoute
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
@@ -57,6 +56,7 @@ from .wire import (
     request_body,
     validation_message,
 )
+from .ws_frames import WebSocketFrames, connection_dropped
 
 log = logging.getLogger("mechsandbox.server")
 
@@ -98,6 +98,9 @@ class SharedCapServer(HTTPEnvServer):
         env = self._sessions.get(session_id)
         if env is not None:
             env.expired = True  # the WebSocket that holds it may still send a reset
+            # a connection that dropped leaves its episode waiting for a resume; a goodbye, a reaper or an MCP close
+            # ends it (server/ws_frames.py)
+            env.park_on_close = connection_dropped()
         await super()._destroy_session(session_id)
 
     def unused_sessions(self, now: float) -> list[str]:
@@ -410,7 +413,7 @@ def create_app(service: Service | None = None) -> FastAPI:
 
     app.router.on_startup.insert(0, _start)
     app.router.on_shutdown.append(_stop)
-    app.add_middleware(InfraErrorFrames)
+    app.add_middleware(WebSocketFrames)
     app.add_middleware(
         RequestLimits,
         max_body=settings.max_body_bytes,

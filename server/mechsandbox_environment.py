@@ -64,6 +64,7 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         self.ever_reset = False  # a session never reset holds its slot only ``unreset_timeout_s``
         self.expired = False  # set when OpenEnv's session table drops it (reaped or closed)
         self.client: Client = LOCAL  # who opened the session (set by the server that creates it): its quota, resumes
+        self.park_on_close = False  # set by the server when the session's connection dropped (``close`` parks then)
         # Calls under way and when the last one ended: the never-reset reaper leaves a session alone while a call is
         # under way (a first reset may generate its instance for longer than ``unreset_timeout_s`` on a busy machine)
         # and counts its timeout from the end of the last call.
@@ -167,11 +168,15 @@ class MechSandboxEnvironment(Environment[MechSandboxAction, MechSandboxObservati
         return MechSandboxState(**self.episode.state())
 
     def close(self) -> None:
-        """OpenEnv's teardown of the session (its connection went away, it was closed or reaped): the episode waits for
-        a resume (``Service.park``) instead of ending; the server closes it after ``resume_grace_s``."""
-        episode, self.episode = self.episode, None
-        if episode is not None and episode.holder is self:
-            self.service.park(episode, self.client)
+        """OpenEnv's teardown of the session. When its connection dropped (``park_on_close``), the episode waits for a
+        resume (``Service.park``), which the server ends after ``resume_grace_s``; when the client said goodbye, or a
+        reaper or an MCP close ended the session, the episode ends now."""
+        if self.park_on_close:
+            episode, self.episode = self.episode, None
+            if episode is not None and episode.holder is self:
+                self.service.park(episode, self.client)
+        else:
+            self._end_episode()
 
     def _end_episode(self) -> None:
         """The episode this session held ends, replaced by a new one (a reset over the same connection)."""

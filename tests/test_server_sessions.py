@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from mechsandbox.client import MechSandboxEnv
+from mechsandbox.protocol import InfrastructureError
 from mechsandbox.tasks import get_family
 from openenv.core.generic_client import GenericEnvClient
 from server_harness import children, running_server
@@ -22,7 +23,9 @@ from websockets.sync.client import connect
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("ws"), MECHSANDBOX_WALL_SECONDS="3") as s:
+    # an episode whose connection drops waits 2 s for a resume here (120 s by default), then frees its worker
+    env = {"MECHSANDBOX_WALL_SECONDS": "3", "MECHSANDBOX_RESUME_GRACE_S": "2"}
+    with running_server(tmp_path_factory.mktemp("ws"), **env) as s:
         yield s
 
 
@@ -147,7 +150,8 @@ def test_disconnect_mid_snippet_leaks_nothing(server) -> None:
         assert json.loads(ws.recv())["type"] == "observation"
         ws.send(json.dumps({"type": "step", "data": {"python_code": "while True:\n    pass"}}))
         time.sleep(0.3)
-    assert settle(server, baseline, timeout=20) == baseline
+    # the dropped episode is parked for its resume grace (2 s), its snippet stopped at its CPU limit (3 s), then freed
+    assert settle(server, baseline, timeout=30) == baseline
 
 
 def test_health_goes_unhealthy_when_the_zygote_dies_and_recovers(server) -> None:
@@ -193,10 +197,11 @@ def test_one_cap_for_websocket_and_http(small_server) -> None:
             over = http.post("/reset", json={"seed": 4})
             assert over.status_code == 429 and "session cap" in over.json()["detail"]
             with (
-                pytest.raises(RuntimeError, match="CAPACITY_REACHED"),
+                pytest.raises(InfrastructureError, match="capacity") as full,  # the server's state, not the client's
                 MechSandboxEnv(base_url=small_server.url).sync() as second,
             ):
                 second.reset(seed=5)
+            assert full.value.side == "capacity" and full.value.started is False
             truth = get_family("dead-neurons").generate(1, "easy").truth["indices"]
             done = http.post("/step", json={"action": {"solution_target": truth}, "episode_id": first}).json()
             assert done["done"]
