@@ -47,8 +47,10 @@ def split_public_tensors(tensors: dict[str, torch.Tensor]) -> tuple[dict[str, to
     return state, probe
 
 
-#: Values that are array data by themselves: Python and numpy numbers, strings, None.
-PLAIN_SCALARS = (bool, int, float, complex, str, bytes, type(None))
+#: Values that are array data by themselves: Python numbers, strings, None (numpy scalars are checked by class).
+PLAIN_SCALARS = frozenset({bool, int, float, complex, str, bytes, type(None)})
+_ARRAYS = (torch.Tensor, np.ndarray, np.generic)
+_SEQUENCES = frozenset({list, tuple, torch.Size})
 MAX_NESTING = 32  # numpy's own limit on dimensions
 
 
@@ -59,11 +61,13 @@ def is_plain_array_data(value: Any, depth: int = 0) -> bool:
     ``__array__``, ``__dlpack__``, the buffer protocol) on any other object, and an object that answers them with a
     chosen address gives raw reads and writes of the process's memory. The sandbox hands array constructors only
     values this accepts; exact types (never subclasses of the containers or numbers), so nothing user-defined
-    can answer a protocol on the way."""
-    if isinstance(value, torch.Tensor | np.ndarray | np.generic) or type(value) in PLAIN_SCALARS:
+    can answer a protocol on the way. A flat list of numbers is checked by type at C speed (10,000 floats: about
+    0.1-0.4 ms, against 0.5 ms for ``np.array`` itself)."""
+    kind = type(value)
+    if kind in PLAIN_SCALARS or kind is range or isinstance(value, _ARRAYS):
         return True
-    if type(value) is range:
+    if kind not in _SEQUENCES or depth >= MAX_NESTING:
+        return False
+    if PLAIN_SCALARS.issuperset(map(type, value)):  # the common case (numbers), at C speed
         return True
-    if type(value) in (list, tuple, torch.Size):
-        return depth < MAX_NESTING and all(is_plain_array_data(item, depth + 1) for item in value)
-    return False
+    return all(type(item) in PLAIN_SCALARS or is_plain_array_data(item, depth + 1) for item in value)

@@ -195,9 +195,9 @@ _RANDOM_STATE = (np.random.BitGenerator, np.random.SeedSequence, np.random.Gener
 
 def _argument(owner: str, value: Any) -> Any:
     """``value`` as the library may take it: plain data, a dtype, a slice, random state; else a TypeError."""
-    value = unwrap_class(value)
     if is_plain_array_data(value):
         return value
+    value = unwrap_class(value)
     if isinstance(value, type) and (issubclass(value, np.generic) or value in _PLAIN_TYPES):
         return value
     if isinstance(value, (np.dtype, torch.dtype, torch.device, slice, *_RANDOM_STATE)) or value is Ellipsis:
@@ -219,16 +219,20 @@ def array_data_only(owner: str, fn: Callable[..., Any], first: str = "data") -> 
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        checked_args = [_argument(owner, a) for a in args[1:]]
-        if args:
+        if args and first != "data":
             head = args[0]
             if first == "function" and callable(head) and not isinstance(head, type):
-                checked_args.insert(0, head)
+                pass
             elif first == "iterable" and not is_plain_array_data(head):
-                checked_args.insert(0, _plain_items(owner, iter(head)))
+                head = _plain_items(owner, iter(head))
             else:
-                checked_args.insert(0, _argument(owner, head))
-        return fn(*checked_args, **{k: _argument(owner, v) for k, v in kwargs.items()})
+                head = _argument(owner, head)
+            args = (head, *(_argument(owner, a) for a in args[1:]))
+        else:
+            args = tuple([_argument(owner, a) for a in args])
+        if kwargs:
+            kwargs = {k: _argument(owner, v) for k, v in kwargs.items()}
+        return fn(*args, **kwargs)
 
     return checked
 
@@ -237,14 +241,15 @@ class CheckedUfunc:
     """A numpy ufunc whose calls and methods (``reduce``, ``accumulate``, ``outer``, ``at``, ``reduceat``) take checked
     arguments; its other public attributes (``nin``, ``identity``, ...) are the ufunc's."""
 
-    __slots__ = ("_owner", "_ufunc")
+    __slots__ = ("_call", "_owner", "_ufunc")
 
     def __init__(self, owner: str, ufunc: np.ufunc):
         object.__setattr__(self, "_owner", owner)
         object.__setattr__(self, "_ufunc", ufunc)
+        object.__setattr__(self, "_call", array_data_only(owner, ufunc))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return array_data_only(self._owner, self._ufunc)(*args, **kwargs)
+        return self._call(*args, **kwargs)
 
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("_"):
