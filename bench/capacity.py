@@ -10,7 +10,7 @@ loopback is exempt from the per-client share) and the plain FastAPI echo floor o
    reset and given one ``print(1)`` so that its sandbox worker holds the model;
 2. memory: every sandbox worker's private memory (Private_Clean + Private_Dirty, /proc/<pid>/smaps_rollup) and PSS,
    summed and divided by the live episodes (the warm pool's workers are in the sum: an upper bound), and the
-   server's own growth (private memory, RSS) against a server with no episode;
+   server's own growth (private memory, RSS) while the last episodes opened (the first few cached the instances);
 3. idle CPU: utime + stime of the server and of every process under it (zygote, workers, generators) over
    ``--idle-s`` seconds while all the episodes sit idle (sockets open, no messages);
 4. active: for each K of ``--active``, K of the live episodes (every family) step at once, ``--steps`` each, first
@@ -125,13 +125,15 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS if fields else 0.0
 
 
-def private(pid: int) -> tuple[int, int, int]:
-    """(private, PSS, Anonymous + Pss_Shmem) bytes of a process (smaps_rollup); zeros once it is gone."""
+def private(pid: int) -> tuple[int, int, int, int]:
+    """(private, PSS, Anonymous + Pss_Shmem, Pss_Anon + Pss_Shmem) bytes of a process (smaps_rollup); zeros once it is
+    gone."""
     try:
         m = smaps_rollup(pid)
     except OSError:
-        return 0, 0, 0
-    return m.get("Private_Clean", 0) + m.get("Private_Dirty", 0), m.get("Pss", 0), m["Anonymous"] + m["Pss_Shmem"]
+        return 0, 0, 0, 0
+    private = m.get("Private_Clean", 0) + m.get("Private_Dirty", 0)
+    return private, m.get("Pss", 0), m["Anonymous"] + m["Pss_Shmem"], m["Pss_Anon"] + m["Pss_Shmem"]
 
 
 def soft_nofile(pid: int) -> str:
@@ -297,7 +299,7 @@ async def measure(args: argparse.Namespace, server: LocalServer, echo: Floor) ->
 
     workers = children(zygote)
     memory = [private(w) for w in workers]
-    n = max(1, len(episodes))
+    n, added = max(1, len(episodes)), max(1, len(episodes) - first)
     total_private, total_pss = sum(m[0] for m in memory), sum(m[1] for m in memory)
     server_after = private(pid)[0], smaps_rollup(pid)["Rss"]
     growth = server_after[0] - server_before[0], server_after[1] - server_before[1]
@@ -306,11 +308,13 @@ async def measure(args: argparse.Namespace, server: LocalServer, echo: Floor) ->
           f"episode (median worker {statistics.median(m[0] for m in memory) / MIB:.2f}, "
           f"max {max(m[0] for m in memory) / MIB:.2f} MiB); PSS {total_pss / n / MIB:.2f} MiB per episode")  # fmt: skip
     print(f"  server: private {server_before[0] / MIB:.0f} -> {server_after[0] / MIB:.0f} MiB "
-          f"(+{growth[0] / n / MIB:.2f} MiB per episode), RSS {server_before[1] / MIB:.0f} -> "
-          f"{server_after[1] / MIB:.0f} MiB")  # fmt: skip
-    print(f"  per idle episode, workers + server growth: {(total_private + growth[0]) / n / MIB:.2f} MiB private")
+          f"with the last {added} episodes (+{growth[0] / added / MIB:.2f} MiB each), RSS "
+          f"{server_before[1] / MIB:.0f} -> {server_after[1] / MIB:.0f} MiB")  # fmt: skip
+    per_episode = (total_private / n + growth[0] / added) / MIB
+    print(f"  per idle episode, workers + the server's growth: {per_episode:.2f} MiB private")
     counts = {"statm resident - shared (the watchdog before issue 53)": [statm_private(w) for w in workers],
-              "smaps Anonymous + Pss_Shmem (issue 53's fallback)": [m[2] for m in memory]}  # fmt: skip
+              "smaps Anonymous + Pss_Shmem (issue 53's fallback)": [m[2] for m in memory],
+              "smaps Pss_Anon + Pss_Shmem (shared pages split among mappers)": [m[3] for m in memory]}  # fmt: skip
     charged = [cgroup_charge(w) for w in workers]
     if None not in charged:
         counts["the slot's memory cgroup, rss + shmem (issue 53)"] = typing.cast(list[int], charged)
