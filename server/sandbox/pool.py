@@ -127,7 +127,9 @@ class _Watch:
                 return  # the process is gone: reading the socket finds EOF
             used = now - self.cpu_start
             if used > self.cpu_limit:
-                raise LimitReached(f"used more than {self.cpu_limit:g} s of CPU time (a limit on CPU, not wall-clock)")
+                raise LimitReached(
+                    f"used more than {self.cpu_limit:g} s of CPU time (a CPU-time limit, not a wall-clock limit)"
+                )
             elapsed = time.monotonic() - self.started
             if elapsed >= self.backstop:
                 raise self._backstop(elapsed)
@@ -271,18 +273,22 @@ class Worker:
         return self.dead_reason is None
 
     def exited(self) -> bool:
-        """True once the process is gone (its pidfd turns readable); never looks a pid up again."""
+        """True once the process is gone (its pidfd turns readable); never looks a pid up again. ``poll``, not
+        ``select``: a server holding a few hundred sessions has descriptors past select's limit of 1024."""
         with self.pidfd_lock:
             if self.pidfd is None:
                 return True
-            return bool(select.select([self.pidfd], [], [], 0)[0])
+            poller = select.poll()
+            poller.register(self.pidfd, select.POLLIN)
+            return bool(poller.poll(0))
 
-    def handshake(self, timeout: float, reported_pid: int) -> None:
-        """Learn the worker's host pid from the kernel, pin it, then read its isolation report."""
+    def handshake(self, timeout: float, reported_pid: int, level: int = -1) -> None:
+        """Learn the worker's host pid from the kernel, pin it, then read its isolation report. ``level``: the
+        depth of the zygote's PID namespace, where ``reported_pid`` (the zygote's fork) names the worker."""
         self.sock.settimeout(timeout)
         self.pid = sender_pid(self.sock)
         self.pidfd = os.pidfd_open(self.pid)
-        if namespace_pid(self.pid) != reported_pid:  # checked after pinning: the pid cannot be reused now
+        if namespace_pid(self.pid, level) != reported_pid:  # checked after pinning: the pid cannot be reused now
             raise FrameError(f"process {self.pid} is not the worker the zygote forked")
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         hello, _ = recv_frame(self.sock, MAX_REPLY, deadline=time.monotonic() + timeout)
