@@ -282,13 +282,12 @@ class Worker:
             poller.register(self.pidfd, select.POLLIN)
             return bool(poller.poll(0))
 
-    def handshake(self, timeout: float, reported_pid: int, level: int = -1) -> None:
-        """Learn the worker's host pid from the kernel, pin it, then read its isolation report. ``level``: the
-        depth of the zygote's PID namespace, where ``reported_pid`` (the zygote's fork) names the worker."""
+    def handshake(self, timeout: float, reported_pid: int) -> None:
+        """Learn the worker's host pid from the kernel, pin it, then read its isolation report."""
         self.sock.settimeout(timeout)
         self.pid = sender_pid(self.sock)
         self.pidfd = os.pidfd_open(self.pid)
-        if namespace_pid(self.pid, level) != reported_pid:  # checked after pinning: the pid cannot be reused now
+        if namespace_pid(self.pid) != reported_pid:  # checked after pinning: the pid cannot be reused now
             raise FrameError(f"process {self.pid} is not the worker the zygote forked")
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         hello, _ = recv_frame(self.sock, MAX_REPLY, deadline=time.monotonic() + timeout)
