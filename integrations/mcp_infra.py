@@ -9,6 +9,8 @@ stopped answering) is the connection's side (docs/CONTRACT.md, "Harnesses and in
 
 from __future__ import annotations
 
+import re
+
 from ..protocol import INFRA_CODE, INFRA_PREFIX, INFRA_RPC_CODE, InfrastructureError, infra_side
 from .mcp_client import McpError, ServerUnavailable
 
@@ -36,7 +38,7 @@ def infrastructure_error(exc: McpError, started: bool) -> InfrastructureError | 
     side = named_side(str(exc))
     if exc.code == INFRA_RPC_CODE or data.get("code") == INFRA_CODE or side is not None:
         side = str(data.get("side") or side or "server")
-        message = str(exc)
+        message = re.sub(r" \(code -?\d+\)$", "", str(exc))  # McpError's own suffix
         at = message.find(INFRA_PREFIX + " (")
         return InfrastructureError(side, message[at:] if at >= 0 else message, started=started)
     return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -206,3 +207,28 @@ def test_mcp_errors_that_name_the_infrastructure_map_to_it() -> None:
     assert refused_by_infrastructure("start_episode", f"start_episode: {text}") == "generation"
     assert refused_by_infrastructure("run_python", f"1\n{text}") is None  # a result's notice, not a refusal
     assert refused_by_infrastructure("run_python", "run_python: code is larger than 65536 bytes") is None
+
+
+def test_a_draining_server_refuses_the_sample_as_an_infrastructure_error(tmp_path) -> None:
+    """A server stopping (SIGTERM with MECHSANDBOX_DRAIN_S, one live episode keeping it up) refuses a new episode as
+    the infrastructure's: the sample's start fails before its first observation with the side 'draining', and
+    the sample has an error and no score, not the floor."""
+    from mechsandbox.integrations.mcp_client import SyncRpc
+
+    with running_server(tmp_path, MECHSANDBOX_DRAIN_S="60", MECHSANDBOX_DRAIN_NOTICE_S="0") as server:
+        live = SyncRpc(server.url, 60)
+        session = live("openenv/session/create", {})["session_id"]
+        live("tools/call", {"name": "start_episode", "arguments": {"task_id": "dead-neurons", "seed": 1},
+                            "session_id": session})  # fmt: skip
+        server.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.url}/health", timeout=10).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        [log] = inspect_eval(mechsandbox(tasks="dead-neurons", url=server.url), model="mechsandbox-reference/scripted",
+                             log_dir=str(tmp_path), display="none")  # fmt: skip
+        live("openenv/session/close", {"session_id": session})
+        live.close()
+    [sample] = read_eval_log(log.location).samples
+    assert log.status == "error" and not sample.scores
+    assert sample.error is not None and "infrastructure error (draining)" in sample.error.message
+    assert "protocol.InfrastructureError" in sample.error.traceback  # the named exception, not a refusal's McpError

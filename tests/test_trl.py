@@ -33,7 +33,7 @@ from mechsandbox.integrations.trl import (
     environment_factory,
     episode_dataset,
 )
-from mechsandbox.protocol import FLOOR
+from mechsandbox.protocol import FLOOR, InfrastructureError
 from mechsandbox.tasks import LEVELS, get_family
 from transformers.utils import get_json_schema
 from trl import GRPOConfig, GRPOTrainer
@@ -264,3 +264,23 @@ def test_a_server_that_never_answers_times_out() -> None:
         for conn in accepted:
             conn.close()
         listener.close()
+
+
+def test_a_draining_server_gives_a_rollout_the_trainer_drops(tmp_path) -> None:
+    """A server stopping (SIGTERM with MECHSANDBOX_DRAIN_S, one live episode keeping it up) refuses new episodes as
+    the infrastructure's ('draining'): reset tries again from a fresh session, then gives the rollout up, and its
+    reward is None (dropped), never the floor; the live episode goes on and keeps its real reward."""
+    with running_server(tmp_path, MECHSANDBOX_DRAIN_S="60", MECHSANDBOX_DRAIN_NOTICE_S="0") as server:
+        live = MechSandboxEnv(server.url)
+        live.reset(task_id="dead-neurons", seed=1)
+        refused = MechSandboxEnv(server.url)  # built (and its health read) before the drain; retries twice (2 + 4 s)
+        server.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{server.url}/health", timeout=10).status_code == 200 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        text = refused.reset(task_id="dead-neurons", seed=2)
+        assert "could not be started" in text and "infrastructure error (draining)" in text
+        with pytest.raises(InfrastructureError, match="draining"):
+            refused.run_python("print(1)")  # TRL shows the model this line; nothing reaches the server
+        assert refused.get_reward() is None and "draining" in (refused.infrastructure_error or "")
+        assert "7" in live.run_python("print(7)") and live.get_reward() == FLOOR
