@@ -75,7 +75,9 @@ def attacks(canary: str, server: int, port: int, tag: str) -> dict[str, str]:
         "fork": "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)",
         "exec": "import os\nos.execv('/bin/true', ['true'])",
         "signal-server": f"import os\nos.kill({server}, 0)",
-        "signal-zygote": "import os\nos.kill(os.getppid(), 0)",
+        # in the jail a worker is PID 1 of its own PID namespace: its parent is outside it and getppid() is 0 (kill(0)
+        # would signal the worker's own group); -1 then tries every process the worker could see, and there is none
+        "signal-zygote": "import os\nos.kill(os.getppid() or -1, 0)",
         "process-vm-readv-server": (
             "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
             "class IOV(ctypes.Structure):\n    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"

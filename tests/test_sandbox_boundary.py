@@ -246,3 +246,30 @@ def test_the_jail_shows_only_the_runtime_and_the_guest_code(pool, payload, tmp_p
     finally:
         session.close()
     assert found == {"outside": [], "package": [], "secrets": []}, found
+
+
+PROCESSES = """
+import os
+seen = [n for n in range(1, 70000) if os.path.exists(f"/proc/{n}")]  # stat: Landlock refuses listing /proc
+status = {}
+for pid in seen:
+    try:
+        status[pid] = open(f"/proc/{pid}/status").read().split("\\n")[0]
+    except OSError:
+        pass
+result = {"self": os.getpid(), "seen": seen, "status": status}
+"""
+
+
+def test_another_sessions_worker_is_not_visible_through_proc(pool, payload) -> None:
+    """Two live sessions: neither worker sees the other (nor the zygote) in /proc; each sees only itself."""
+    if pool.isolation["namespaces"] != "active":
+        pytest.skip("without the jail Landlock refuses /proc listings (tests/test_sandbox_isolation.py)")
+    first, second = pool.open_session(payload), pool.open_session(payload)
+    try:
+        run(second, "result = 1")  # loaded and alive
+        found = run(first, PROCESSES)
+    finally:
+        first.close()
+        second.close()
+    assert found["seen"] == [found["self"]], found  # in the jail's PID namespace: the zygote and every worker

@@ -210,8 +210,9 @@ def test_pool_addresses_workers_by_kernel_host_pids(pool, session) -> None:
     with open(f"/proc/{pid}/status") as f:
         status = dict(line.split(":", 1) for line in f)
     ns_pids = [int(p) for p in status["NSpid"].split()]
-    assert ns_pids[0] == pid and len(ns_pids) == 2  # a host pid, and the worker's pid in the jail
-    assert run(session, "import os\nresult = os.getpid()") == ns_pids[1] != pid
+    # a host pid, the worker's pid in the jail (the zygote's namespace), and 1 in a PID namespace of its own
+    assert ns_pids[0] == pid and len(ns_pids) == 3 and ns_pids[2] == 1, ns_pids
+    assert run(session, "import os\nresult = os.getpid()") == ns_pids[2] != pid
     assert int(status["PPid"]) == pool.zygote.pid
 
 

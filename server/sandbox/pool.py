@@ -231,12 +231,23 @@ def sender_pid(sock: socket.socket) -> int:
     raise OSError("the peer's credentials are missing")
 
 
-def namespace_pid(pid: int) -> int:
-    """The pid a host process has in its innermost PID namespace (the last NSpid field)."""
+def namespace_pid(pid: int, level: int = -1) -> int:
+    """The pid a host process has in the PID namespace ``level`` deep (its NSpid field: 0 is the host's own namespace,
+    -1 its innermost). In the jail each worker is PID 1 of a namespace of its own, one level below the zygote's, so
+    the pool compares the pid at the zygote's level with what the zygote's fork returned."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("NSpid:"):
-                return int(line.split()[-1])
+                return int(line.split()[1:][level])
+    raise OSError(f"process {pid} has no NSpid")
+
+
+def namespace_depth(pid: int) -> int:
+    """How deep a host process's PID namespace lies (0 = the host's own): the index of its last NSpid field."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("NSpid:"):
+                return len(line.split()) - 2
     raise OSError(f"process {pid} has no NSpid")
 
 
@@ -282,12 +293,13 @@ class Worker:
             poller.register(self.pidfd, select.POLLIN)
             return bool(poller.poll(0))
 
-    def handshake(self, timeout: float, reported_pid: int) -> None:
-        """Learn the worker's host pid from the kernel, pin it, then read its isolation report."""
+    def handshake(self, timeout: float, reported_pid: int, level: int = -1) -> None:
+        """Learn the worker's host pid from the kernel, pin it, then read its isolation report. ``level``: the
+        depth of the zygote's PID namespace, where ``reported_pid`` (the zygote's fork) names the worker."""
         self.sock.settimeout(timeout)
         self.pid = sender_pid(self.sock)
         self.pidfd = os.pidfd_open(self.pid)
-        if namespace_pid(self.pid) != reported_pid:  # checked after pinning: the pid cannot be reused now
+        if namespace_pid(self.pid, level) != reported_pid:  # checked after pinning: the pid cannot be reused now
             raise FrameError(f"process {self.pid} is not the worker the zygote forked")
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)
         hello, _ = recv_frame(self.sock, MAX_REPLY, deadline=time.monotonic() + timeout)
@@ -475,6 +487,8 @@ class ZygoteProcess:
         control.settimeout(ZYGOTE_START_TIMEOUT)
         try:
             self.pid = sender_pid(control)  # the zygote's host pid (in the jail it calls itself 1)
+            # how deep its PID namespace lies (0 = the host's): a worker's fork-reported pid is its NSpid there
+            self.pid_level = namespace_depth(self.pid)
             ready = json.loads(control.recv(65536) or b"{}")
             control.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 0)  # or they crowd out SCM_RIGHTS
         except (OSError, ValueError) as exc:
@@ -510,7 +524,7 @@ class ZygoteProcess:
         info = json.loads(data)
         worker = Worker(0, socket.socket(fileno=fds[0]), slot, self.cgroup)
         try:
-            worker.handshake(timeout=30.0, reported_pid=int(info["pid"]))
+            worker.handshake(timeout=30.0, reported_pid=int(info["pid"]), level=self.pid_level)
         except (FrameError, OSError):
             worker.kill("the worker failed to start")
             raise SandboxUnavailable("a sandbox worker failed to start") from None

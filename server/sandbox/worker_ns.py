@@ -22,12 +22,13 @@ from __future__ import annotations
 import ctypes
 import os
 
-CLONE_NEWNS, CLONE_NEWIPC = 0x00020000, 0x08000000
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MNT_DETACH = 2
 EMPTY_MOUNTS = ("/tmp", "/dev/shm")  # fresh, empty and read-only in each worker
 READ_ONLY = ("/", "/dev")  # bubblewrap's writable tmpfs mounts, made read-only in each worker
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus")  # read-only in a worker's own /proc
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -48,13 +49,33 @@ def _mount(source: str | None, target: str, kind: str | None, flags: int, data: 
     _check(rc, f"mount {target}")
 
 
+def next_child_in_new_pid_namespace() -> None:
+    """In the zygote, before a fork: the next child is PID 1 of a PID namespace of its own (``unshare`` moves only the
+    children; the zygote itself stays where it is). Undo with ``back_to_pid_namespace`` right after the fork."""
+    _check(_libc.unshare(CLONE_NEWPID), "unshare(CLONE_NEWPID)")
+
+
+def back_to_pid_namespace(own: int) -> None:
+    """In the zygote, after the fork: later children are born in the zygote's own PID namespace again (``own`` is a
+    descriptor of ``/proc/self/ns/pid``), so that the next ``next_child_in_new_pid_namespace`` may make a new one."""
+    _check(_libc.setns(own, CLONE_NEWPID), "setns(CLONE_NEWPID)")
+
+
 def enter_private_namespaces() -> None:
-    """Move this (freshly forked, single-threaded) process into IPC and mount namespaces of its own.
+    """Move this (freshly forked, single-threaded) process into IPC and mount namespaces of its own, with a ``/proc``
+    of its own PID namespace (the zygote made one for it: it is PID 1 there and alone).
 
     Raises OSError when the kernel refuses (no CAP_SYS_ADMIN in the jail's user namespace)."""
     _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back to the zygote's view
     safe = MS_NOSUID | MS_NODEV | MS_NOEXEC
+    _libc.umount2(b"/proc", MNT_DETACH)  # the jail's /proc shows the zygote and every other worker
+    _mount("proc", "/proc", "proc", safe)
+    for part in PROC_READ_ONLY:  # as bubblewrap leaves them: no kernel setting or trigger is written through /proc
+        path = f"/proc/{part}"
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | safe)
     for target in EMPTY_MOUNTS:
         if os.path.isdir(target):
             _mount("tmpfs", target, "tmpfs", safe | MS_RDONLY, "size=4k,nr_inodes=1,mode=0555")
@@ -70,16 +91,32 @@ def hide(paths: tuple[str, ...]) -> None:
             _check(-1, f"umount {path}")
 
 
-def probe() -> str:
+def spawn_child(private: bool, own_pid_namespace: int) -> int:
+    """``os.fork()``; with ``private`` the child is born in a PID namespace of its own (the caller, in the child,
+    enters the rest with ``enter_private_namespaces``)."""
+    if private:
+        next_child_in_new_pid_namespace()
+    pid = os.fork()
+    if pid != 0 and private:
+        back_to_pid_namespace(own_pid_namespace)
+    return pid
+
+
+def probe(own_pid_namespace: int) -> str:
     """Whether a worker can have namespaces of its own here: a throwaway child tries (the zygote asks once)."""
     reader, writer = os.pipe()
-    pid = os.fork()
+    try:
+        pid = spawn_child(True, own_pid_namespace)
+    except OSError as exc:
+        os.close(reader)
+        os.close(writer)
+        return f"failed: {exc.strerror or exc}"
     if pid == 0:
         try:
             os.close(reader)
             try:
                 enter_private_namespaces()
-                message = b"active"
+                message = b"active" if os.getpid() == 1 else b"failed: not PID 1 of a namespace of its own"
             except OSError as exc:
                 message = f"failed: {exc.strerror or exc}"[:300].encode()
             os.write(writer, message)

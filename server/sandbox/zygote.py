@@ -13,7 +13,11 @@ In the jail (``jail.py``) the zygote is PID 1 of its own PID namespace and the p
 nothing on the host. The server's end of each worker socket therefore has SO_PASSCRED set here,
 before the fork, so the kernel attaches the worker's pid, translated into the server's namespace,
 to everything the worker sends: the server learns host pids from the kernel, never from this
-process or the worker. The pid in the spawn reply is informational (checked against NSpid).
+process or the worker. The pid in the spawn reply is informational (checked against NSpid at the zygote's level).
+
+Each worker is born in a PID namespace of its own (PID 1 there, alone: ``worker_ns.spawn_child``) and enters IPC and
+mount namespaces of its own right after the fork (``worker_ns.enter_private_namespaces``), so an escaped worker sees no
+other session's process, shared memory or files, and everything it made dies with it.
 
 Run as ``python -I -m mechsandbox.server.sandbox.zygote '<json config>'``.
 """
@@ -59,7 +63,10 @@ def main(argv: list[str]) -> None:
     baseline = _vm_size()
     # in the jail each worker gets IPC and mount namespaces of its own (worker_ns.py); a throwaway child checks once
     # that the kernel allows them here (before SIGCHLD is ignored below: the probe waits for its child)
-    own_namespaces = worker_ns.probe() if config["worker_namespaces"] else "skipped: the zygote is not jailed"
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # each worker closes it first thing
+    own_namespaces = (
+        worker_ns.probe(own_pid_namespace) if config["worker_namespaces"] else "skipped: the zygote is not jailed"
+    )
     private = own_namespaces == "active"
     hard = dict(config["hardening"])
     if private:  # the server's empty folder lies under /tmp, which a worker replaces with an empty read-only one
@@ -87,7 +94,7 @@ def main(argv: list[str]) -> None:
         slot = int(message["slot"])
         server_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         server_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        pid = os.fork()
+        pid = worker_ns.spawn_child(private, own_pid_namespace)
         if pid == 0:
             control.close()
             server_end.close()
