@@ -87,8 +87,9 @@ REPLY_SECONDS = 5.0
 #: Longest pause between two looks at a busy worker's CPU time: a look is one small /proc read, so a long snippet
 #: costs the server a few reads a second, and a short one none (its reply ends the wait first).
 POLL_SECONDS = 0.25
-#: The share of the time before the backstop that the worker's main thread must have spent waiting for a CPU for the
-#: backstop kill to be the server's fault: the worker was starved by the machine's load, not blocked by its snippet.
+#: The share of the time before the backstop (from the first look on) that the worker's main thread must have spent
+#: waiting for a CPU for the backstop kill to be the server's fault: the machine's load starved the worker, its snippet
+#: did not block it.
 STARVED_SHARE = 0.5
 CORES = max(len(os.sched_getaffinity(0)), 1)
 #: How a limit message names what ran out of time, by request operation.
@@ -105,13 +106,14 @@ class _Watch:
 
     Why the server watches and not only the worker: a snippet can swallow the worker's own soft timeout or sit in
     a C call that never returns to Python, so only a kill from outside is sure. The baseline is read before the
-    request is sent, so the limit counts the request's own CPU time, not the worker's past."""
+    request is sent, so the limit counts the request's own CPU time, not the worker's past; the wait for a CPU is first
+    read at the first look, so a request answered before it (most are) costs one /proc read."""
 
     def __init__(self, worker: Worker, cpu_limit: float, backstop: float):
         self.worker, self.cpu_limit, self.backstop = worker, cpu_limit, backstop
         self.started = time.monotonic()
         self.cpu_start = worker.cpu_seconds() or 0.0
-        self.delay_start = worker.run_delay()
+        self.delay_start: tuple[float, float | None] | None = None  # (when, run delay then), from the first look
 
     def until_readable(self) -> None:
         """Return once the reply's first byte (or EOF) is there; raise ``LimitReached`` past a limit."""
@@ -126,20 +128,23 @@ class _Watch:
             if now is None:
                 return  # the process is gone: reading the socket finds EOF
             used = now - self.cpu_start
+            if self.delay_start is None:
+                self.delay_start = (time.monotonic(), self.worker.run_delay())
             if used > self.cpu_limit:
                 raise LimitReached(
                     f"used more than {self.cpu_limit:g} s of CPU time (a CPU-time limit, not a wall-clock limit)"
                 )
             elapsed = time.monotonic() - self.started
             if elapsed >= self.backstop:
-                raise self._backstop(elapsed)
+                raise self._backstop()
             # a process uses at most CORES CPU seconds a second: the next look cannot come too late for the limit
             wait = min(POLL_SECONDS, (self.cpu_limit - used) / CORES, self.backstop - elapsed)
 
-    def _backstop(self, elapsed: float) -> LimitReached:
+    def _backstop(self) -> LimitReached:
         """The backstop kill, the server's fault when the main thread mostly waited for a CPU (starved by load)."""
+        since, before = self.delay_start or (self.started, None)
         delay = self.worker.run_delay()
-        starved = None not in (delay, self.delay_start) and delay - self.delay_start > STARVED_SHARE * elapsed
+        starved = None not in (delay, before) and delay - before > STARVED_SHARE * (time.monotonic() - since)
         if starved:
             return LimitReached(
                 f"got too little CPU before the {self.backstop:g} s wall-clock backstop (the server was overloaded)",
