@@ -239,6 +239,8 @@ class ServerSettings(_EnvSettings):
     idle_timeout_s: float = setting(900.0, "idle sessions are reaped and their workers killed", minimum=1)
     reveal_truth: bool = setting(True, "show the truth after a train episode ends (test episodes never do)")
     test_salt: str = setting("", "HMAC key of the test split; empty = random per process (set it for comparable runs)")
+    public_salt: bool = setting(False, "the test salt is public (a published calibration salt, a test's): the server "
+                                "starts with a guessable one, and its runs are listed unranked")  # fmt: skip
     test_instances: int = setting(100, "test instances per task and level", minimum=1)
     api_token: str = setting("", "when set, every route but `/health` needs `Authorization: Bearer <token>`")
     api_tokens: tuple[str, ...] = setting(
@@ -249,6 +251,9 @@ class ServerSettings(_EnvSettings):
     trusted_proxy: str = setting(
         "", "address or network of the reverse proxy whose `X-Forwarded-For` names the client; empty = none"
     )
+    allowed_origins: tuple[str, ...] = setting((), "on a server without tokens, browser origins (`scheme://host"
+                                               "[:port]`) besides its own whose POSTs and WebSockets are accepted, "
+                                               "comma-separated")  # fmt: skip
     unreset_timeout_s: float = setting(30.0, "sessions never reset or stepped are reaped after this long (a reset "
                                        "still generating counts as use)", minimum=1)  # fmt: skip
     resume_grace_s: float = setting(120.0, "how long an episode whose WebSocket went away is kept for a resume "

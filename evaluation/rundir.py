@@ -8,6 +8,8 @@ from ``results.jsonl`` by the same ``report.summarise`` (so there is still one p
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,9 +22,61 @@ class RunDirError(ValueError):
     """A run directory that cannot be reported on; the message is one line naming the path and the reason."""
 
 
-def _json(path: Path) -> Any:
+class NotRegular(OSError):
+    """A path in a run folder that is a link, or lies under one, or is not a regular file: never read."""
+
+
+def read_inside(folder: Path, *parts: str) -> bytes:
+    """The bytes of the regular file ``folder/part/...``, reached without following any link below ``folder``.
+
+    Why: the run viewer serves what a run folder holds, and whoever can write a run folder could plant a link to a
+    file the server can read and they cannot (a red team's symlinked figure served a 0600 file). Each component is
+    opened relative to the one before with ``O_NOFOLLOW`` (no window between a check and the open), a FIFO does not
+    block the open (``O_NONBLOCK``), and the file must be regular. ``NotRegular`` otherwise."""
+    if not parts or any(not part or part in (".", "..") or "/" in part or os.sep in part for part in parts):
+        raise NotRegular(f"{folder}: {'/'.join(parts)!r} is not a name inside the run folder")
+    nofollow = getattr(os, "O_NOFOLLOW", 0)
+    if not nofollow or os.open not in os.supports_dir_fd:  # no openat: check each component's own type, then read
+        path = folder
+        for part in parts:
+            path = path / part
+            if path.is_symlink():
+                raise NotRegular(f"{path}: a link (never followed in a run folder)")
+        if not path.is_file():
+            raise NotRegular(f"{path}: not a regular file")
+        return path.read_bytes()
+    directory = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
-        return json.loads(path.read_text())
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | nofollow, dir_fd=directory)
+            os.close(directory)
+            directory = inner
+        fd = os.open(parts[-1], os.O_RDONLY | nofollow | getattr(os, "O_NONBLOCK", 0), dir_fd=directory)
+    except OSError as exc:
+        raise NotRegular(f"{folder.joinpath(*parts)}: not a regular file inside the run folder "
+                         f"({exc.strerror or type(exc).__name__})") from None  # fmt: skip
+    finally:
+        os.close(directory)
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise NotRegular(f"{folder.joinpath(*parts)}: not a regular file")
+        return file.read()
+
+
+def is_regular_inside(folder: Path, name: str) -> bool:
+    """Whether ``folder/name`` is a regular file and not a link (a check for listings; reads use ``read_inside``)."""
+    try:
+        return stat.S_ISREG((folder / name).lstat().st_mode)
+    except OSError:
+        return False
+
+
+def _json(folder: Path, name: str) -> Any:
+    path = folder / name
+    try:
+        return json.loads(read_inside(folder, name))
+    except NotRegular as exc:
+        raise RunDirError(str(exc)) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise RunDirError(f"{path}: unreadable ({exc.__class__.__name__})") from None
     except json.JSONDecodeError as exc:
@@ -43,9 +97,9 @@ class RunDir:
         """Each episode's trajectory file, in the order the run played them; a corrupt file is skipped, counted in
         ``unreadable`` by the caller (a viewer shows the rest)."""
         folder = self.path / "trajectories"
-        for file in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        for file in sorted(folder.glob("*.json")) if folder.is_dir() and not folder.is_symlink() else []:
             try:
-                data = json.loads(file.read_text())
+                data = json.loads(read_inside(self.path, "trajectories", file.name))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError):
                 yield {"unreadable": file.name}
                 continue
@@ -65,14 +119,20 @@ def load_run(path: str | Path) -> RunDir:
         raise RunDirError(f"{folder}: not a directory (give the folder `mechsandbox eval --out` wrote)")
     if not (folder / "summary.json").is_file():
         raise RunDirError(f"{folder}: no summary.json (not an eval run directory: `mechsandbox eval --out DIR`)")
-    summary = _json(folder / "summary.json")
+    summary = _json(folder, "summary.json")
     if not isinstance(summary, dict) or not isinstance(summary.get("tasks"), dict) or "overall" not in summary:
         raise RunDirError(f"{folder / 'summary.json'}: not an eval summary (no tasks and overall)")
     rows = []
     results = folder / "results.jsonl"
     if not results.is_file():
         raise RunDirError(f"{folder}: no results.jsonl (the run's episodes)")
-    for number, line in enumerate(results.read_text(errors="replace").splitlines(), 1):
+    try:
+        text = read_inside(folder, "results.jsonl").decode(errors="replace")
+    except NotRegular as exc:
+        raise RunDirError(str(exc)) from None
+    except OSError as exc:
+        raise RunDirError(f"{results}: unreadable ({exc.__class__.__name__})") from None
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -111,13 +171,15 @@ def _valid_row(row: dict[str, Any]) -> bool:
 
 def run_folders(roots: tuple[str, ...] | list[str]) -> dict[str, Path]:
     """The run directories under the operator's roots (each a run, or a folder of runs one level down), by a unique
-    name: the folder's name, then ``name-2``... Only these names are ever served: a request never names a path."""
+    name: the folder's name, then ``name-2``... Only these names are ever served: a request never names a path. A
+    root is the operator's to name; below it, links are never followed (a linked run folder is not listed)."""
     found: dict[str, Path] = {}
     for root in roots:
         base = Path(root)
-        candidates = [base] if (base / "summary.json").is_file() else sorted(p for p in base.glob("*") if p.is_dir())
+        listed = sorted(p for p in base.glob("*") if p.is_dir() and not p.is_symlink())
+        candidates = [base] if (base / "summary.json").is_file() else listed
         for folder in candidates:
-            if not (folder / "summary.json").is_file():
+            if not is_regular_inside(folder, "summary.json"):
                 continue
             name, k = folder.name, 2
             while name in found:

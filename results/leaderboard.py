@@ -21,7 +21,7 @@ import hashlib
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from .store import Attempt, RunInfo
@@ -128,10 +128,13 @@ def leaderboard(
     salt_fingerprint: str = "",
     benchmark_version: str = "",
     standard_set: int = 20,
+    public_fingerprints: Collection[str] = (),
 ) -> dict[str, Any]:
     """``{"runs": [...], "groups": [...], ...}``: ranked runs (see the module doc), current group first.
 
     ``standard`` maps each family of the benchmark to its current version (the standard set's families).
+    ``public_fingerprints``: the salts whose test set anyone may know (a published calibration salt, a server's
+    declared ``MECHSANDBOX_PUBLIC_SALT``): their runs are listed with ``public_salt: true`` and no rank.
     """
     by_run: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in attempts:
@@ -149,6 +152,13 @@ def leaderboard(
             entry["rank"] = rank
         ordered.extend(members)
         group_list.append({"group": key, "current": key == current, "runs": len(members)})
+    public = set(public_fingerprints)
+    for entry in ordered:  # a group is one salt: a public one's whole group is unranked
+        entry["public_salt"] = entry["salt_fingerprint"] in public
+        if entry["public_salt"]:
+            entry["rank"] = None
+    for group in group_list:
+        group["public_salt"] = any(e["public_salt"] for e in ordered if e["group"] == group["group"])
     return {
         "runs": ordered,
         "groups": group_list,

@@ -42,6 +42,7 @@ from .episode import EpisodeError, InfraFailure
 from .limits import RequestLimits
 from .mcp import McpRoute
 from .mechsandbox_environment import ENV_NAME, MechSandboxEnvironment
+from .runs import WeakSalt
 from .service import CapacityError, Service
 from .settings import ServerSettings
 from .web import register_web
@@ -419,6 +420,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         max_body=settings.max_body_bytes,
         tokens=settings.tokens,
         trusted_proxy=settings.trusted_proxy,
+        allowed_origins=settings.allowed_origins,
     )
     return app
 
@@ -428,9 +430,10 @@ def main(host: str | None = None, port: int | None = None) -> None:
     settings = ServerSettings.from_env()
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     service = Service(settings)
-    try:  # a database that is down (or a bad URL) stops the server here, in one line, before it listens
+    try:  # a guessable test salt, or a database that is down (or a bad URL), stops the server here, in one line
+        service.runs.check_salt()
         service.runs.open()
-    except ResultsUnavailable as exc:
+    except (ResultsUnavailable, WeakSalt) as exc:
         raise SystemExit(f"mechsandbox serve: {one_line(str(exc))}") from None
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal with the handler it
     # found; this one turns that into a clean exit status 0 (containers and supervisors expect it).
@@ -443,8 +446,20 @@ def main(host: str | None = None, port: int | None = None) -> None:
         log_level=settings.log_level,
         ws_max_size=settings.max_body_bytes,
         timeout_graceful_shutdown=5,
+        **proxy_options(settings),
     )
     DrainingServer(config, service).run()
+
+
+def proxy_options(settings: ServerSettings) -> dict[str, Any]:
+    """uvicorn's reading of ``X-Forwarded-For`` / ``-Proto``: only from ``MECHSANDBOX_TRUSTED_PROXY``, off without it.
+
+    Why: uvicorn's default trusts those headers from 127.0.0.1, so a client on the server's host (or any client of a
+    same-host proxy that passes the header through) chose the address its quota was counted under. ``clients.py``
+    reads the header behind the same proxy only, so the two always agree."""
+    if not settings.trusted_proxy:
+        return {"proxy_headers": False}
+    return {"proxy_headers": True, "forwarded_allow_ips": settings.trusted_proxy}
 
 
 class DrainingServer(uvicorn.Server):

@@ -1,15 +1,25 @@
 """ASGI middleware for what every request must respect before any route runs: body size, JSON
-nesting depth and (optionally) a bearer token; it also names the request's client (``clients.py``).
+nesting depth, (optionally) a bearer token and, without tokens, the browser's ``Origin``; it also names the
+request's client (``clients.py``).
 
 Why here: a 10 MB body or a 100 000-deep JSON array must be refused before a JSON parser sees it
 (``json.loads`` raises RecursionError on deep nesting, which would otherwise surface as a 500 on
 OpenEnv's routes). Bodies are read up to the cap and replayed to the app.
+
+Why the ``Origin`` check: on a server without tokens, any web page a visitor opens could post to it (a text/plain
+POST needs no CORS preflight) or open its WebSocket (WebSockets are not subject to CORS at all), and so run episodes,
+register runs or fill the session cap from the visitor's browser. Browsers name the page's origin on both; a
+state-changing request (any method but GET, HEAD, OPTIONS) or a WebSocket whose ``Origin`` is neither the server's
+own (the ``Host`` it was reached at) nor one in ``MECHSANDBOX_ALLOWED_ORIGINS`` is refused with 403. A request
+without ``Origin`` is not a browser's cross-site one and passes (curl, SDKs, trainers). With tokens a cross-site
+page cannot send the ``Authorization`` header without a preflight the server never grants, so the check is off.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlsplit
 
 from .clients import CURRENT, ClientIdentifier
 
@@ -23,6 +33,52 @@ OPEN_PREFIXES = ("/web/static/",)
 def is_open(path: str) -> bool:
     """Served without a bearer token."""
     return path in OPEN_ROUTES or path.startswith(OPEN_PREFIXES)
+
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS")
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _endpoint(netloc: str, scheme: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a ``host[:port]`` (a ``Host`` header or an origin's), the port defaulting to the
+    scheme's; None when it is not one."""
+    try:
+        parts = urlsplit(f"//{netloc}")
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname or parts.username is not None or parts.path or parts.query or parts.fragment:
+        return None
+    return parts.hostname, port or DEFAULT_PORTS.get(scheme, 0)
+
+
+def normal_origin(text: str) -> str:
+    return text.strip().lower().rstrip("/")
+
+
+class OriginCheck:
+    """Whether a request's ``Origin`` may change state here (the module docstring says why)."""
+
+    def __init__(self, allowed: tuple[str, ...] = ()):
+        self.allowed = frozenset(normal_origin(origin) for origin in allowed)
+
+    def refusal(self, scope: dict[str, Any]) -> str | None:
+        """None when the request may go on, else the one-line reason."""
+        if scope["type"] == "http" and scope.get("method", "GET") in SAFE_METHODS:
+            return None
+        headers = dict(scope.get("headers") or [])
+        given = headers.get(b"origin")
+        if given is None:
+            return None
+        origin = normal_origin(given.decode("latin-1"))
+        if origin in self.allowed:
+            return None
+        scheme, sep, netloc = origin.partition("://")
+        own = _endpoint(headers.get(b"host", b"").decode("latin-1").strip().lower(), scheme)
+        if sep and own is not None and _endpoint(netloc, scheme) == own:
+            return None
+        return (f"cross-site request refused: Origin {origin[:100]!r} is not this server's own "
+                "(MECHSANDBOX_ALLOWED_ORIGINS names others)")  # fmt: skip
 
 
 def nesting_depth(body: bytes) -> int:
@@ -50,9 +106,11 @@ def nesting_depth(body: bytes) -> int:
 
 
 class RequestLimits:
-    def __init__(self, app: Any, max_body: int, tokens: tuple[str, ...] = (), trusted_proxy: str = ""):
+    def __init__(self, app: Any, max_body: int, tokens: tuple[str, ...] = (), trusted_proxy: str = "",
+                 allowed_origins: tuple[str, ...] = ()):  # fmt: skip
         self.app, self.max_body = app, max_body
         self.clients = ClientIdentifier(tokens, trusted_proxy)
+        self.origins = OriginCheck(allowed_origins)
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -65,6 +123,12 @@ class RequestLimits:
                 return None
             message = "missing or wrong bearer token (Authorization: Bearer <token>)"
             return await _reply(send, 401, message, scope["path"])
+        refusal = None if self.clients.tokens else self.origins.refusal(scope)
+        if refusal is not None:
+            if scope["type"] == "websocket":  # closed before the handshake is accepted: the server answers 403
+                await send({"type": "websocket.close", "code": 1008, "reason": refusal})
+                return None
+            return await _reply(send, 403, refusal, path)
         marker = CURRENT.set(self.clients.identify(scope, token_index))
         try:
             await self._limited(scope, receive, send)

@@ -13,6 +13,11 @@ per-client quota and the idle reapers are the WebSocket path's.
 A ``tools/call`` names its session (``params.session_id``): a call without one would run on a throwaway
 environment outside the session cap, so it is refused. Calls of one session run one at a time on that session's
 executor thread (the sandbox blocks), as OpenEnv runs a WebSocket session's steps.
+
+A session belongs to the client that opened it (``clients.py``: its bearer token when several are configured, else
+its address): a ``tools/call`` or an ``openenv/session/close`` from any other client is answered exactly as an
+unknown id is, so a leaked or guessed id neither runs code in, submits for nor closes another client's episode, and
+the answer does not tell whether the id exists (a red team ran, read, submitted and closed another token's session).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from starlette.routing import BaseRoute, Route
 
 from .. import BENCHMARK_VERSION
 from ..protocol import INFRA_CODE, INFRA_RPC_CODE, infra_message, one_line
+from . import clients
 from .tools import EpisodeTools, ToolError, ToolInfraError, ToolResult
 
 log = logging.getLogger("mechsandbox.server")
@@ -83,6 +89,11 @@ def tool_result(result: ToolResult | None, error: str | None = None) -> dict[str
     state = {k: result.observation.get(k) for k in RESULT_FIELDS}
     return {"content": [{"type": "text", "text": result.text}], "isError": False, "structuredContent": state,
             "data": result.text}  # fmt: skip
+
+
+def unknown_session(request_id: Any, session_id: str) -> Response:
+    """The one answer for an id that is unknown, closed or another client's."""
+    return rpc_error(request_id, INVALID_PARAMS, f"unknown or closed session_id {session_id[:12]!r}")
 
 
 class McpRoute:
@@ -156,6 +167,8 @@ class McpRoute:
             sid = params.get("session_id")
             if not isinstance(sid, str) or not 0 < len(sid) <= 128 or not sid.isprintable():
                 return rpc_error(rid, INVALID_PARAMS, "params.session_id must be the id openenv/session/create gave")
+            if self.owned(sid) is None:
+                return unknown_session(rid, sid)
         assert self.forward is not None
         reply = await self.forward(request)  # Starlette keeps the body it read, for OpenEnv to read again
         error = reply.get("error")
@@ -168,6 +181,14 @@ class McpRoute:
         # OpenEnv dumps both members; JSON-RPC wants one of result and error
         return RpcResponse({k: v for k, v in reply.items() if k != "error"})
 
+    def owned(self, session_id: str) -> Any:
+        """The session's environment when the current request's client opened it, else None (unknown, closed, or
+        another client's: the caller answers all three alike)."""
+        env = self.server._sessions.get(session_id)
+        if env is None or getattr(env, "client", None) != clients.current():
+            return None
+        return env
+
     async def call(self, rid: Any, params: dict[str, Any]) -> Response:
         name, session_id = params.get("name"), params.get("session_id")
         if not isinstance(name, str) or name not in EpisodeTools.MODELS:
@@ -175,10 +196,10 @@ class McpRoute:
             return rpc_error(rid, INVALID_PARAMS, f"unknown tool {name!r}; the tools are {tools}")
         if not isinstance(session_id, str) or not session_id:
             return rpc_error(rid, INVALID_PARAMS, "params.session_id is required: open one with openenv/session/create")
-        env = self.server._sessions.get(session_id)
+        env = self.owned(session_id)
         executor = self.server._session_executors.get(session_id)
         if env is None or executor is None:
-            return rpc_error(rid, INVALID_PARAMS, f"unknown or closed session_id {session_id[:12]!r}")
+            return unknown_session(rid, session_id)
         self.server._update_session_activity(session_id)
         loop = asyncio.get_running_loop()
         try:

@@ -18,6 +18,8 @@ import contextlib
 import copy
 import ipaddress
 import logging
+import math
+import string
 import threading
 import time
 from collections.abc import Iterator
@@ -36,7 +38,29 @@ from .splits import InstanceRef, salt_fingerprint
 log = logging.getLogger("mechsandbox.server")
 
 BOARD_TTL_S = 5.0  # how stale GET /leaderboard may be about other replicas' writes
-SHORT_SALT = 16  # characters below which a fixed salt is called guessable at start-up
+MIN_SALT_BITS = 128  # estimated entropy below which a fixed salt that is not declared public refuses to start
+# Salts the project itself publishes (the calibration command in README.md and docs/PERFORMANCE.md): public whatever
+# the operator says, so their runs are never ranked.
+PUBLISHED_SALTS = ("mechsandbox-calibration-2026",)
+# The alphabets a salt's characters are counted from (any other character adds itself): lower, upper, digits, the
+# rest of printable ASCII.
+ALPHABETS = (string.ascii_lowercase, string.ascii_uppercase, string.digits, string.punctuation + " ")
+
+
+def salt_bits(text: str) -> float:
+    """An estimate of a salt's entropy in bits: its length times log2 of the size of the alphabets its characters
+    come from (a 43-character base64 token: about 280; 64 hex digits: 330; an 8-letter word: 38).
+
+    Why this estimate: it is what brute force over the salt's character classes costs, so it refuses what an
+    attacker enumerates first (short salts, small alphabets). It is an upper bound: a passphrase of dictionary words
+    scores as random letters would, so the docs still ask for a random salt (``secrets.token_urlsafe(32)``)."""
+    alphabet = sum(len(chars) for chars in ALPHABETS if any(c in chars for c in text))
+    alphabet += len({c for c in text if not any(c in chars for chars in ALPHABETS)})
+    return len(text) * math.log2(alphabet) if alphabet > 1 else 0.0
+
+
+class WeakSalt(ValueError):
+    """A fixed test salt too guessable to start with (and not declared public); the message is one line."""
 
 
 class RunRefused(EpisodeError):
@@ -87,6 +111,11 @@ class Runs:
         self.settings = settings
         self.salt_is_random = salt_is_random
         self.fingerprint = salt_fingerprint(salt)
+        # a public salt's test set is anyone's to derive: its runs are listed, never ranked
+        self.salt_is_public = not salt_is_random and (settings.public_salt or settings.test_salt in PUBLISHED_SALTS)
+        self.public_fingerprints = {salt_fingerprint(s.encode()) for s in PUBLISHED_SALTS}
+        if self.salt_is_public:
+            self.public_fingerprints.add(self.fingerprint)
         self.store: ResultStore | None = None
         self.board: tuple[float, int, dict[str, Any]] | None = None  # (read at, write count then, board)
         self.writes = 0  # results written through this server
@@ -237,9 +266,11 @@ class Runs:
                 runs, attempts = store.runs(), store.attempts()
             current = {f.id: f.family_version for f in families()}
             standard = min(self.settings.standard_set, self.settings.test_instances)
-            board = leaderboard(runs, attempts, current, LEVELS, self.fingerprint, BENCHMARK_VERSION, standard)
+            board = leaderboard(runs, attempts, current, LEVELS, self.fingerprint, BENCHMARK_VERSION, standard,
+                                self.public_fingerprints)  # fmt: skip
             board.update(salt_fingerprint=self.fingerprint, benchmark_version=BENCHMARK_VERSION,
-                         salt="random (not comparable)" if self.salt_is_random else "fixed")  # fmt: skip
+                         salt="random (not comparable)" if self.salt_is_random else
+                         "public (runs unranked)" if self.salt_is_public else "fixed")  # fmt: skip
             with self.board_lock:
                 self.board = (started, writes, board)
             return copy.deepcopy(board)
@@ -263,13 +294,24 @@ class Runs:
                 return entry
         raise UnknownRun(f"unknown run_id {run_id[:60]!r}")
 
-    def warn_about_salt(self, salt_text: str) -> None:
-        if not self.salt_is_random and len(salt_text) < SHORT_SALT:
-            log.warning(
-                "MECHSANDBOX_TEST_SALT is shorter than %d characters: a guessable salt lets anyone derive "
-                "test seeds offline from the public instance ids; use a long random one",
-                SHORT_SALT,
-            )
+    def check_salt(self) -> None:
+        """Refuse (``WeakSalt``) a fixed salt under ``MIN_SALT_BITS`` that is not declared public.
+
+        Why refuse rather than warn: the salt's fingerprint is public, so a guessable salt is found offline (an
+        8-character one fell to a 1,111-word dictionary in 0.023 s), and then every test instance's truth is too, and
+        a counted run scores 0.99; a warning in a log nobody reads let such a server run."""
+        if self.salt_is_random:
+            return
+        if self.salt_is_public:
+            log.warning("the test salt is public (MECHSANDBOX_PUBLIC_SALT or a published salt): anyone can derive the "
+                        "test split, so runs here are listed unranked")  # fmt: skip
+            return
+        bits = salt_bits(self.settings.test_salt)
+        if bits < MIN_SALT_BITS:
+            raise WeakSalt(f"MECHSANDBOX_TEST_SALT is guessable: about {bits:.0f} bits (length x log2 of its "
+                           f"characters' alphabets), under {MIN_SALT_BITS}; use a random one (python -c 'import "
+                           "secrets; print(secrets.token_urlsafe(32))'), or declare it public with "
+                           "MECHSANDBOX_PUBLIC_SALT=true (its runs are then unranked)")  # fmt: skip
 
 
 class UnknownRun(EpisodeError):

@@ -4,7 +4,8 @@ default; ``MECHSANDBOX_RUN_DIRS`` names the run folders it shows).
 What they may reach, and why it is safe: the playground is a page and a script that call the server's own ``/reset``
 and ``/step`` (so sessions, budgets, quotas and tokens apply as to any client). The run viewer reads only the run
 folders the operator listed, by the names ``rundir.run_folders`` gave them (a request names a folder, never a
-path), and the results database's leaderboard, which ``GET /leaderboard`` already publishes. Every page is sent with
+path), and in them only regular files, never through a link (``rundir.read_inside``), and the results database's
+leaderboard, which ``GET /leaderboard`` already publishes. Every page is sent with
 a Content-Security-Policy that runs only ``/web/static/`` scripts, and renders outside the event loop (a figure takes
 a second of CPU).
 """
@@ -19,7 +20,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from ..evaluation.rundir import RunDirError, load_run, run_folders
+from ..evaluation.rundir import RunDirError, load_run, read_inside, run_folders
 from ..results import ResultsUnavailable
 from ..web import pages
 from .runs import UnknownRun
@@ -93,6 +94,6 @@ def _run_id_of(folder: Path) -> str | None:
     import json
 
     try:
-        return json.loads((folder / "summary.json").read_text()).get("run", {}).get("run_id")
+        return json.loads(read_inside(folder, "summary.json")).get("run", {}).get("run_id")
     except (OSError, ValueError, AttributeError):
         return None

@@ -31,7 +31,7 @@ TEST_INSTANCES = 5
 
 @pytest.fixture(scope="module")
 def service() -> Iterator[Service]:
-    service = Service(ServerSettings(test_salt="document", test_instances=TEST_INSTANCES))
+    service = Service(ServerSettings(test_salt="document", public_salt=True, test_instances=TEST_INSTANCES))
     yield service
     service.stop()
 

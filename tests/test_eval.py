@@ -27,7 +27,7 @@ INFRA_KEYS = {"infrastructure_errors", "infrastructure_by_side", "infrastructure
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("eval"), MECHSANDBOX_TEST_SALT="eval-tests") as s:
+    with running_server(tmp_path_factory.mktemp("eval"), MECHSANDBOX_TEST_SALT="eval-tests-salt-0123456789abcdef") as s:
         yield s
 
 

@@ -144,7 +144,7 @@ def call_body(name: str, **params: object) -> bytes:
         (rpc_body("openenv/session/close", {"session_id": [1]}), -32602, "session_id"),
         (rpc_body("openenv/session/close", {"session_id": "a\nb"}), -32602, "session_id"),
         (rpc_body("openenv/session/create", {}, extra=1), -32600, "unexpected member 'extra'"),
-        (rpc_body("openenv/session/close", {"session_id": "x" * 100}), -32602, "Unknown session_id"),
+        (rpc_body("openenv/session/close", {"session_id": "x" * 100}), -32602, "unknown or closed session_id"),
     ],
 )
 def test_bad_messages_are_jsonrpc_errors(server, body, code, message) -> None:

@@ -14,7 +14,7 @@ from mechsandbox.tasks import get_family
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     # practice: a fixed-salt server refuses run-less test resets otherwise (tests/test_runs.py)
-    settings = ServerSettings(train_max_steps=3, test_salt="budget-test", practice=True,
+    settings = ServerSettings(train_max_steps=3, test_salt="budget-test", public_salt=True, practice=True,
                               data_dir=str(tmp_path_factory.mktemp("results")))  # fmt: skip
     svc = Service(settings).start()
     yield svc
@@ -59,7 +59,7 @@ def test_a_step_that_finds_no_sandbox_worker_is_refused_and_not_counted(tmp_path
     from mechsandbox.server.episode import ServiceUnavailable
     from mechsandbox.server.sandbox import SandboxSettings
 
-    settings = ServerSettings(test_salt="budget-test", practice=True, data_dir=str(tmp_path))
+    settings = ServerSettings(test_salt="budget-test", public_salt=True, practice=True, data_dir=str(tmp_path))
     svc = Service(settings, SandboxSettings(pool_size=0, max_workers=1)).start()
     try:
         holder = svc.open_episode({"task_id": "dead-neurons", "seed": 5}, transport="websocket")
@@ -85,7 +85,7 @@ def test_a_counted_episode_that_gets_no_worker_is_refused_at_reset_and_claims_no
     from mechsandbox.server.episode import ServiceUnavailable
     from mechsandbox.server.sandbox import SandboxSettings
 
-    settings = ServerSettings(test_salt="budget-test", data_dir=str(tmp_path))
+    settings = ServerSettings(test_salt="budget-test", public_salt=True, data_dir=str(tmp_path))
     svc = Service(settings, SandboxSettings(pool_size=0, max_workers=1)).start()
     try:
         token = svc.runs.register("budget-test", "", "", LOCAL)["run_token"]

@@ -16,7 +16,8 @@ TASK = {"task_id": "dead-neurons", "seed": 5}
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    settings = ServerSettings(test_salt="tools-test", practice=True, data_dir=str(tmp_path_factory.mktemp("results")))
+    settings = ServerSettings(test_salt="tools-test", public_salt=True, practice=True,
+                              data_dir=str(tmp_path_factory.mktemp("results")))
     svc = Service(settings).start()
     yield svc
     svc.stop()

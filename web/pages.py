@@ -18,7 +18,7 @@ from typing import Any
 
 from ..evaluation.figures import NAMES, SOLVED_SCORE, draw, run_levels, svg_text
 from ..evaluation.report import interval_text
-from ..evaluation.rundir import RunDir
+from ..evaluation.rundir import RunDir, read_inside
 from ..tasks import LEVELS
 
 STATIC = ("style.css", "runs.js", "playground.js")  # everything /web/static/ serves: a fixed list, never a path
@@ -176,9 +176,11 @@ ALT = {"scores": "mean score per family with 95% intervals", "levels": "mean sco
 def _figure_svg(run: RunDir, name: str, folder: Path | None, baselines: Mapping[str, Mapping[str, Any]] | None) -> str:
     """The SVG that ``mechsandbox eval`` or ``report`` already wrote into ``folder`` (drawn from the same summary),
     else drawn now (a run from before the figures, or no folder given): a page view does not redraw what exists."""
-    saved = folder / f"{name}.svg" if folder is not None else None
-    if saved is not None and saved.is_file():
-        return saved.read_text()
+    if folder is not None:  # only a regular file in the folder, never through a link (rundir.read_inside)
+        try:
+            return read_inside(folder, f"{name}.svg").decode()
+        except (OSError, UnicodeDecodeError):
+            pass
     return svg_text(draw(name, run.summary, run.rows, baselines))
 
 
@@ -212,6 +214,7 @@ def runs_index(folders: Mapping[str, str], board: Mapping[str, Any] | None, boar
                 for r in board.get("runs", []) if r.get("group") == group.get("group")
             ]  # fmt: skip
             title = "current test set and versions" if group.get("current") else "another test set or family versions"
+            title += "; a public salt: listed, not ranked" if group.get("public_salt") else ""
             parts.append(f'<p class="muted">group {esc(group.get("group", ""))}: {title}</p>')
             headers = ["rank", "run", "agent", "model", "overall [95% interval]", "episodes", "coverage"]
             parts.append(table(headers, rows, css="board"))
