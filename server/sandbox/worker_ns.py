@@ -69,7 +69,8 @@ def enter_private_namespaces() -> None:
     _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back to the zygote's view
     safe = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    _libc.umount2(b"/proc", MNT_DETACH)  # the jail's /proc shows the zygote and every other worker
+    # on top of the jail's /proc, which shows the zygote and every other worker (it stays mounted beneath: in a user
+    # namespace the kernel mounts a new proc only where a fully visible one is already there)
     _mount("proc", "/proc", "proc", safe)
     for part in PROC_READ_ONLY:  # as bubblewrap leaves them: no kernel setting or trigger is written through /proc
         path = f"/proc/{part}"
