@@ -608,6 +608,10 @@ class SandboxPool:
         self.max_loads_behind = MAX_LOADS_BEHIND
         self.loads_behind = 0  # under way now; guarded by behind_lock (not ``lock``: a load takes that)
         self.behind_lock = threading.Lock()
+        self.warm_ready = threading.Condition(self.lock)  # notified when a refill spawn ends (``take_worker`` waits)
+        # seconds ``take_worker`` waits, every slot taken, for a spawn the refill has under way (15-30 ms idle, far
+        # longer on a machine busy with 256 sessions); past it the request fails as at the slot limit
+        self.spawn_wait = 30.0
 
     def claim_load_behind(self) -> bool:
         """One of ``max_loads_behind`` places for a load behind a reset, or False when all are taken."""
@@ -710,9 +714,16 @@ class SandboxPool:
         raise SandboxUnavailable("the sandbox is not running")
 
     def take_worker(self) -> Worker:
-        """A ready, hardened worker without a model (from the warm pool when one is there)."""
+        """A ready, hardened worker without a model (from the warm pool when one is there).
+
+        When every slot is taken but the warm pool's refill has spawns under way, this waits for one of them (up to
+        ``spawn_wait`` seconds) instead of failing: at the slot limit, the last resets of a burst found no free slot
+        while the slots they needed held workers being made for the warm pool."""
         while True:
             with self.lock:
+                if not self.warm and not self.free_slots and self.starting:
+                    self.warm_ready.wait_for(lambda: self.warm or not self.starting or self.closed.is_set(),
+                                             timeout=self.spawn_wait)  # fmt: skip
                 worker = self.warm.popleft() if self.warm else None
             self.refill_wanted.set()
             if worker is None:
@@ -729,6 +740,11 @@ class SandboxPool:
             if self.workers.get(worker.pid) is worker:  # not a later worker that was given the same pid
                 del self.workers[worker.pid]
                 self.free_slots.append(worker.slot)
+                freed = True
+            else:
+                freed = False
+        if freed:  # a warm pool that stopped at the slot limit refills now rather than at its next timed look
+            self.refill_wanted.set()
 
     def _restart_zygote(self) -> None:
         """A dead zygote takes its workers with it (parent-death signal); start a new one."""
@@ -760,21 +776,25 @@ class SandboxPool:
                         self._restart_zygote()
             while not self.closed.is_set():
                 with self.lock:
-                    if len(self.warm) + self.starting >= self.settings.pool_size:
+                    # every slot taken (live sessions hold them all): nothing to refill until one is released
+                    if len(self.warm) + self.starting >= self.settings.pool_size or not self.free_slots:
                         break
                     self.starting += 1
+                worker = None
                 try:
                     worker = self._spawn()
                 except SandboxUnavailable as exc:
                     if not self.closed.is_set():  # a spawn that races close() is expected to fail
                         log.warning("sandbox refill failed: %s", exc)
+                finally:
+                    with self.lock:  # the worker joins the pool as its spawn stops counting: a waiter sees one or other
+                        self.starting -= 1
+                        if worker is not None:
+                            self.warm.append(worker)
+                        self.warm_ready.notify_all()
+                if worker is None:
                     time.sleep(0.5)
                     break
-                finally:
-                    with self.lock:
-                        self.starting -= 1
-                with self.lock:
-                    self.warm.append(worker)
 
     def _watchdog_loop(self) -> None:
         """Every ``watchdog_interval``: count each worker's memory (its slot's memory cgroup, else its maps: shared
