@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 
 import httpx
+from helpers import cached_instance, wait_until
 from mechsandbox.evaluation.procfs import smaps_rollup
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 from server_harness import children, running_server
 from websockets.asyncio.client import connect
 
@@ -74,3 +78,25 @@ def test_a_server_holds_64_live_episodes_without_killing_idle_workers(tmp_path) 
            "MECHSANDBOX_PREFETCH_DEPTH": "0"}  # fmt: skip
     with running_server(tmp_path, **env) as server:
         asyncio.run(asyncio.wait_for(hold(server.url, server.zygote_pid()), timeout=240))  # a backstop, not a timing
+
+
+def test_at_the_slot_limit_a_session_waits_for_the_refills_spawn_and_the_refill_rests(caplog) -> None:
+    """Three slots, a warm pool of two: the third session finds both warm workers taken and the last slot held by the
+    refill's spawn under way; it gets that worker rather than "all 3 sandbox workers are in use". With every slot
+    taken the refill has nothing to do and says nothing (it logged "sandbox refill failed" every 1.5 s per thread)."""
+    payload = ModelPayload.from_instance(cached_instance("dead-neurons", 0, "easy"))
+    with SandboxPool(SandboxSettings(pool_size=2, max_workers=3)) as pool:
+        wait_until(lambda: len(pool.warm) == 2, timeout_s=60)
+        sessions = []
+        try:
+            for _ in range(3):
+                sessions.append(pool.open_session(payload))
+            assert [s.run("print(1)").stdout for s in sessions] == ["1\n"] * 3
+            with caplog.at_level(logging.WARNING, logger="mechsandbox.sandbox"):
+                time.sleep(2.5)  # the refill threads look at the full pool at least once a second
+            assert "refill failed" not in caplog.text
+            sessions.pop(0).close()
+            wait_until(lambda: len(pool.warm) == 1, timeout_s=60)  # the freed slot goes back to the warm pool
+        finally:
+            for session in sessions:
+                session.close()
