@@ -588,6 +588,22 @@ def soft_timeout(cpu_limit: float) -> float:
     return max(cpu_limit - 1.0, cpu_limit * 0.8)
 
 
+def raise_descriptor_limit(wanted: int) -> int:
+    """Raise this process's soft descriptor limit towards ``wanted`` (never past the hard limit); the soft limit now.
+
+    Why: each live episode holds about three descriptors in the server (its worker's socket and pidfd, its client's
+    connection), so 256 episodes use about 800 and the common default soft limit of 1024 capped a server at about 320
+    (bench/capacity.py); the hard limit is usually far higher and raising the soft one needs no privilege."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 class SandboxPool:
     """Zygote + warm pool + watchdog. Thread-safe; one instance per server."""
 
@@ -635,6 +651,7 @@ class SandboxPool:
     def start(self) -> SandboxPool:
         self.pids_cgroup, pids_detail = jail.PidsCgroup.create(self.settings.max_pids, self.settings.max_workers)
         self.zygote = ZygoteProcess(self.settings, self.workdir, self.pids_cgroup)
+        raise_descriptor_limit(4 * self.settings.max_workers + 256)  # after the zygote: workers keep their own limit
         first = self._spawn()
         self.isolation = {**first.isolation, "namespaces": self.zygote.namespaces, "pids_cgroup": pids_detail}
         missing = [layer for layer in self.settings.require if self.isolation.get(layer) != "active"]
