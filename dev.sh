@@ -1,6 +1,6 @@
 #!/bin/sh
 # One entry point for developers and CI, on a fresh clone with only Python 3.11+, pip and a POSIX shell.
-#   ./dev.sh test [pytest args]   create .venv on first use, install, run the whole test suite
+#   ./dev.sh test [pytest args]   create .venv on first use, install, run the whole test suite (with args: pytest's)
 #   ./dev.sh serve                create .venv on first use, install, run the server
 #   ./dev.sh lint                 ruff
 # The venv is reinstalled when pyproject.toml changes. torch is installed first and pinned to 2.13.0
@@ -38,7 +38,15 @@ cmd=${1:-help}
 case "$cmd" in
     test)
         setup
-        exec "$VENV/bin/python" -m pytest "$@"
+        if [ $# -gt 0 ]; then
+            exec "$VENV/bin/python" -m pytest "$@"
+        fi
+        # The whole suite: everything on xdist workers, then the tests marked `alone` (a busy-machine load test that
+        # starts its own CPU hogs) in one process with nothing beside them.
+        status=0
+        "$VENV/bin/python" -m pytest -m "not alone" || status=$?
+        "$VENV/bin/python" -m pytest -m alone -n 0 || status=$?
+        exit "$status"
         ;;
     serve)
         setup
