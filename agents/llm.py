@@ -16,7 +16,7 @@ from typing import Any
 from ..protocol import ACTION_FIELDS
 from .base import Agent, Turn
 
-PROMPT_VERSION = "mechsandbox-llm-v2"  # v2: submitting a sandbox variable (solution_from)
+PROMPT_VERSION = "mechsandbox-llm-v3"  # v2: submitting a sandbox variable (solution_from); v3: CPU-time limit
 OUTPUT_SHOWN = 3000
 HISTORY_KEEP = 14
 
@@ -39,7 +39,9 @@ The sandbox (a notebook: variables persist between your snippets):
   `requires_grad=False`: call `model.requires_grad_(True)` for weight gradients, or `x.requires_grad_()`
   on an activation inside a hook for attribution patching.
 - Refused: files, pickle, os/sys/subprocess, names starting with `_`, TorchScript, raw memory,
-  global settings. Output is capped at 64 KiB; each snippet has a time limit of a few seconds.
+  global settings. Output is capped at 64 KiB. Each snippet may use 10 s of CPU time: only its own computation
+  counts, so a busy server makes it slower, never shorter. A snippet that runs past it is stopped with a TimeoutError
+  (variables kept); one that ignores the stop loses its variables.
 - Use `print` to see results; a bare expression on a snippet's last line shows its value, as in a notebook.
   Keep snippets short and purposeful.
 

@@ -40,6 +40,9 @@ log = logging.getLogger("mechsandbox.server")
 # still open (False: it had been abandoned); raises an EpisodeError when the database fails.
 Recorder = Callable[[Scoring, str, float | None, int, float, list[dict[str, Any]]], bool]
 CLOSE_WAIT_S = 60.0  # how long closing a counted episode waits for a step in flight
+# What a sealed counted attempt's graded submission shows in place of its score (docs/CONTRACT.md).
+SEALED = ("submitted: sealed (this counted attempt's score shows only in its run's published result, once the run "
+          "is finished: POST /runs/{run_id}/finish); reward at the floor")
 
 
 class EpisodeError(Exception):
@@ -140,12 +143,20 @@ class Episode:
             "reward": None,
             "stdout_or_error": "",
             "error": None,
-            "prompt": f"{self.instance.prompt}\n\n{namespace_guide(self.instance.model)}",
+            "prompt": f"{self.instance.prompt}\n\n{namespace_guide(self.instance.model)}\n{self._limits_line()}",
             "answer_schema": self.instance.answer_schema,
             "answer_example": self.family.answer_example,
             "family_version": self.family.family_version,
             "resume_token": self.resume_token or None,
         }
+
+    def _limits_line(self) -> str:
+        """The snippet limits, in the prompt: the CPU-time limit is the snippet's own computation, so a busy server
+        makes a snippet slower, never cuts it short (docs/SANDBOX.md)."""
+        settings = getattr(getattr(self.sandbox, "pool", None), "settings", None)
+        cpu = getattr(settings, "wall_seconds", 10.0)
+        return (f"Each snippet may use {cpu:g} s of CPU time: only its own computation counts, so a busy server "
+                "makes it slower, never shorter. Past it the snippet stops with a TimeoutError (variables kept).")
 
     def resumed_observation(self) -> dict[str, Any]:
         """What a resume answers: the last reply the episode sent (the reset observation before any step), so a client
@@ -276,8 +287,12 @@ class Episode:
         Nothing is assigned before the recorder returns, so a failed write (it raises) leaves the episode as it
         was: the step is not spent, no score was visible to ``/state`` meanwhile, and the client may submit again.
         A write that finds the attempt no longer open (the run reset the instance again, which abandoned it)
-        turns this episode into an uncounted one.
+        turns this episode into an uncounted one. A sealed attempt (issue 55) shows the floor and says it is sealed,
+        and its stored trajectory keeps the same: the score lives only in the database's score column.
         """
+        sealed = self.scoring.mode == "counted" and self.scoring.sealed
+        if sealed and entry is not None:
+            entry = {**entry, "reward": FLOOR, "output": SEALED if not truncated else entry["output"]}
         if self.scoring.mode == "counted" and self.recorder is not None:
             trajectory = self.trajectory + ([entry] if entry is not None else [])
             kept = self.recorder(self.scoring, "truncated" if truncated else "graded", score, steps,
@@ -289,7 +304,8 @@ class Episode:
         if self.scoring.hides_score:
             obs["reward"] = FLOOR
             if not truncated:
-                obs["stdout_or_error"] = f"graded; not counted ({self.scoring.reason}): reward at the floor"
+                obs["stdout_or_error"] = (f"{SEALED} (run {self.scoring.run_id})" if self.scoring.mode == "counted" else
+                                          f"graded; not counted ({self.scoring.reason}): reward at the floor")
         self.feedback = feedback if self.ref.split == "train" else None
         self.truncated = truncated
         self.score = None if self.scoring.hides_score else score
@@ -332,7 +348,7 @@ class Episode:
         held = counted and self.lock.acquire(timeout=CLOSE_WAIT_S)
         try:
             if counted and not self.done:
-                self.done, self.score = True, FLOOR
+                self.done, self.score = True, None if self.scoring.hides_score else FLOOR
                 status = "abandoned" if not by_server else "voided" if self.step_count == 0 else "lost"
                 try:
                     self.recorder(self.scoring, status, FLOOR, self.step_count,  # type: ignore[misc]

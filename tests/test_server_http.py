@@ -63,6 +63,8 @@ def test_every_prompt_ends_with_the_namespace_guide(http) -> None:
     for prompt in (mlp, transformer):
         assert "reset_model()" in prompt and "einops" in prompt and prompt.index("reset_model()") > len(prompt) // 2
     assert "model.OV" in transformer and "model.OV" not in mlp
+    for prompt in (mlp, transformer):  # the snippet limit is CPU time of its own, said so (issue 52)
+        assert re.search(r"may use [0-9.]+ s of CPU time: only its own computation counts", prompt)
 
 
 def test_http_episode_is_stateful(http) -> None:
