@@ -63,8 +63,9 @@ _DIAGONAL = "a diagonal index, bounds-checked by the library; no memory offset"
 _KERNEL = "the step of a convolution or pooling window, not a memory stride"
 _LOSS = "the target values of a loss function"
 _MODULE_TABLE = (
-    "reads or writes the module's own _modules/_parameters/_buffers tables; torch refuses dotted or existing "
-    "attribute names and only Module/Parameter/Tensor values come back"
+    "reads or writes the module's own _modules/_parameters/_buffers tables; guarded by facade.install_name_guards: "
+    "names with a part starting with '_' are refused from snippets (issue 54); only Module/Parameter/Tensor values "
+    "come back"
 )
 _GUARDED = "the policy's own guarded version (underscore names refused, results checked)"
 
