@@ -15,6 +15,7 @@ How an episode can fail, and what the harness records:
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
@@ -30,6 +31,8 @@ from ..agents.base import BACKOFF_S, RETRIES, infrastructure_failure, may_retry
 from ..catalogue import local_catalogue, select_tasks
 from ..client import MechSandboxEnv
 from ..tasks import LEVELS
+
+__all__ = ["BACKOFF_S", "RETRIES", "Plan", "may_retry", "play_once", "run_plan"]
 
 
 @dataclass
@@ -82,23 +85,31 @@ def git_commit() -> str:
         return "unknown"
 
 
-__all__ = ["BACKOFF_S", "RETRIES", "Plan", "may_retry", "play_once", "run_plan"]
-
-
 def play_once(url: str, reset: dict[str, Any], agent: Agent, message_timeout_s: float) -> EpisodeRecord:
-    """One attempt at ``reset`` in a session of its own; never raises (a failure is in the record)."""
-    record = None
+    """One attempt at ``reset`` in a session of its own; never raises (a failure is in the record). Only the
+    connection's failures are read as the infrastructure's here; the episode's own are classified by
+    ``play_episode``, so an agent's exception is never taken for one."""
+    env = MechSandboxEnv(base_url=url, message_timeout_s=message_timeout_s).sync()
     try:
-        with MechSandboxEnv(base_url=url, message_timeout_s=message_timeout_s).sync() as env:
-            record = play_episode(agent, env, reset)
+        env.connect()
     except Exception as exc:
-        if record is not None:  # the episode had ended; only closing the connection failed
-            return record
-        record = EpisodeRecord(reset["task_id"], reset["level"], reset["split"])
-        failure = infrastructure_failure(exc, started=False)  # no reset had answered: connecting failed
-        if failure is not None:
-            return record.lost_to(failure)
-        record.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        failure = infrastructure_failure(exc, started=False)  # nothing was reset: always safe to play again
+        if failure is None:
+            return failed(reset, exc)
+        return EpisodeRecord(reset["task_id"], reset["level"], reset["split"]).lost_to(failure)
+    try:
+        return play_episode(agent, env, reset)
+    except Exception as exc:  # the agent's or the client's own mistake: the floor, with its error
+        return failed(reset, exc)
+    finally:
+        with contextlib.suppress(Exception):  # the episode has its outcome; a close that fails changes nothing
+            env.close()
+
+
+def failed(reset: dict[str, Any], exc: BaseException) -> EpisodeRecord:
+    """The record of an attempt that ended in ``exc`` (the floor, and the error in one line)."""
+    record = EpisodeRecord(reset["task_id"], reset["level"], reset["split"])
+    record.error = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
     return record
 
 
