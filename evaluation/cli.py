@@ -89,8 +89,9 @@ def run_eval(args: argparse.Namespace) -> int:
     info["instance_ids"] = sorted(r.instance_id for r in records if r.instance_id)
     summary = write_all(out, records, info, {data["run"].get("agent", k): data for k, data in baselines.items()})
     o, lost = summary["overall"], summary["infrastructure_errors"]
-    print(f"{o['episodes']} episodes, mean score {interval_text(o)} (95% interval); {lost} infrastructure "
-          f"error{'s' if lost != 1 else ''}; report in {out}")  # fmt: skip
+    mean = f"mean score {interval_text(o)} (95% interval)" if o["episodes"] else "no mean (none was graded)"
+    print(f"{o['episodes']} episodes, {mean}; {lost} infrastructure error{'s' if lost != 1 else ''}; "
+          f"report in {out}")  # fmt: skip
     if lost:
         print(f"mechsandbox eval: {infrastructure_line(summary)} (after {retries} retries where safe)", file=sys.stderr)
         return 1
