@@ -237,6 +237,7 @@ def test_the_jail_shows_only_the_runtime_and_the_guest_code(pool, payload, tmp_p
         pytest.skip("without the jail Landlock decides what can be read (tests/test_sandbox_isolation.py)")
     package = str(PACKAGE)
     runtime = [p for p in jail.interpreter_binds() if p != package]  # the virtualenv too, wherever it is
+    runtime.append(pool.workdir)  # the worker's working folder: empty and read-only in its own /tmp
     data = ServerSettings().data_dir
     secrets_ = [str(PACKAGE / name) for name in (".git", "tests", "docs", "bench", "artifacts", "mechsandbox-data")]
     secrets_ += [os.path.abspath(os.path.expanduser(data)) if data else str(default_data_dir()), str(tmp_path)]
@@ -273,3 +274,27 @@ def test_another_sessions_worker_is_not_visible_through_proc(pool, payload) -> N
         first.close()
         second.close()
     assert found["seen"] == [found["self"]], found  # in the jail's PID namespace: the zygote and every worker
+
+
+def test_no_file_of_the_checkout_but_the_guest_code_can_be_read(pool, payload) -> None:
+    """With or without the jail (where there is none, Landlock's read rules must do it): the checkout's other files
+    cannot be opened by an escaped worker, while the code it runs can."""
+    session = pool.open_session(payload)
+    paths = [str(PACKAGE / name) for name in (".git/HEAD", "README.md", "tests/test_sandbox_boundary.py")]
+    try:
+        found = run(
+            session,
+            f"""
+            def readable(path):
+                try:
+                    open(path, "rb").close()
+                    return True
+                except OSError:
+                    return False
+            result = {{p: readable(p) for p in {paths!r}}}
+            result["code"] = readable({str(PACKAGE / "server" / "sandbox" / "worker.py")!r})
+            """,
+        )
+    finally:
+        session.close()
+    assert found.pop("code") and not any(found.values()), found

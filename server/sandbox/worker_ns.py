@@ -61,11 +61,13 @@ def back_to_pid_namespace(own: int) -> None:
     _check(_libc.setns(own, CLONE_NEWPID), "setns(CLONE_NEWPID)")
 
 
-def enter_private_namespaces() -> None:
+def enter_private_namespaces(workdir: str = "") -> None:
     """Move this (freshly forked, single-threaded) process into IPC and mount namespaces of its own, with a ``/proc``
     of its own PID namespace (the zygote made one for it: it is PID 1 there and alone).
 
-    Raises OSError when the kernel refuses (no CAP_SYS_ADMIN in the jail's user namespace)."""
+    ``workdir``: a folder under ``/tmp`` to leave, empty, in the worker's own ``/tmp`` (its working directory keeps
+    the path the server made for it). Raises OSError when the kernel refuses (no CAP_SYS_ADMIN in the jail's user
+    namespace)."""
     _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back to the zygote's view
     safe = MS_NOSUID | MS_NODEV | MS_NOEXEC
@@ -79,7 +81,11 @@ def enter_private_namespaces() -> None:
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | safe)
     for target in EMPTY_MOUNTS:
         if os.path.isdir(target):
-            _mount("tmpfs", target, "tmpfs", safe | MS_RDONLY, "size=4k,nr_inodes=1,mode=0555")
+            _mount("tmpfs", target, "tmpfs", safe, "size=4k,nr_inodes=4,mode=0755")
+            if workdir.startswith(target + "/"):
+                os.makedirs(workdir, mode=0o555)
+            os.chmod(target, 0o555)
+            _mount(None, target, None, MS_REMOUNT | MS_RDONLY | safe, "size=4k,nr_inodes=4")
     for target in READ_ONLY:
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
@@ -103,7 +109,7 @@ def spawn_child(private: bool, own_pid_namespace: int) -> int:
     return pid
 
 
-def probe(own_pid_namespace: int) -> str:
+def probe(own_pid_namespace: int, workdir: str = "") -> str:
     """Whether a worker can have namespaces of its own here: a throwaway child tries (the zygote asks once)."""
     reader, writer = os.pipe()
     try:
@@ -116,7 +122,7 @@ def probe(own_pid_namespace: int) -> str:
         try:
             os.close(reader)
             try:
-                enter_private_namespaces()
+                enter_private_namespaces(workdir)
                 message = b"active" if os.getpid() == 1 else b"failed: not PID 1 of a namespace of its own"
             except OSError as exc:
                 message = f"failed: {exc.strerror or exc}"[:300].encode()

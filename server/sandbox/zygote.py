@@ -65,12 +65,13 @@ def main(argv: list[str]) -> None:
     # that the kernel allows them here (before SIGCHLD is ignored below: the probe waits for its child)
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)  # each worker closes it first thing
     own_namespaces = (
-        worker_ns.probe(own_pid_namespace) if config["worker_namespaces"] else "skipped: the zygote is not jailed"
+        worker_ns.probe(own_pid_namespace, config["hardening"]["workdir"])
+        if config["worker_namespaces"]
+        else "skipped: the zygote is not jailed"
     )
     private = own_namespaces == "active"
     hard = dict(config["hardening"])
-    if private:  # the server's empty folder lies under /tmp, which a worker replaces with an empty read-only one
-        hard["workdir"] = worker_ns.EMPTY_MOUNTS[0]
+    if private:
         hard["own_namespaces"] = True
     hard["address_space"] = baseline + int(config["worker_memory"])
     hard["read_paths"] = tuple(library_paths())
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> None:
             server_end.close()
             if private:
                 try:
-                    worker_ns.enter_private_namespaces()
+                    worker_ns.enter_private_namespaces(cfg.workdir)  # its own /tmp keeps an empty working folder
                 except OSError:
                     os._exit(70)  # never a worker that shares what it should not: the spawn fails instead
             worker.serve(worker_end, slot, cfg, os.getppid(), facades, limits, payloads)
