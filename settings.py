@@ -273,8 +273,11 @@ class ServerSettings(_EnvSettings):
     database_url: str = setting("", "results database, e.g. `postgresql://user:pw@host/db` (replicas share one "
                                 "leaderboard); empty = SQLite in `MECHSANDBOX_DATA_DIR`")  # fmt: skip
     practice: bool = setting(False, "with a fixed salt, allow test-split resets without a run: played, never scored")
-    run_quota: int = setting(5, "runs one client may register per UTC day (an IPv6 client by its /64; loopback "
-                             "exempt); 0 = no limit", minimum=0)  # fmt: skip
+    run_quota: int = setting(5, "runs one submitter may register per UTC day (an IPv6 address by its /64; loopback "
+                             "too: local tests and tools raise it); 0 = no limit", minimum=0)  # fmt: skip
+    submitters: str = setting("", "bearer tokens grouped into one submitter, `name=tokA,tokB;other=tokC`: their runs "
+                              "show under the name and share one `MECHSANDBOX_RUN_QUOTA`; an ungrouped token or "
+                              "address is a submitter of its own")  # fmt: skip
     standard_set: int = setting(20, "test instances per family and level that a complete run attempts (indices 0 to "
                                 "N-1), capped at `MECHSANDBOX_TEST_INSTANCES`", minimum=1)  # fmt: skip
     prefetch_depth: int = setting(8, "instances generated ahead per task and level for seedless train resets (filled "

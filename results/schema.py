@@ -42,6 +42,12 @@ class RunRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     quota_day: Mapped[str | None] = mapped_column(String(10), nullable=True)  # UTC date, when the quota applied
     quota_slot: Mapped[int | None] = mapped_column(Integer, nullable=True)  # which of that day's quota slots
+    # Sealed runs (0003): who registered it (shown on the leaderboard; what the quota counts), when it was finished
+    # and what it then published (its only scores, never rewritten), and when its submitter withdrew it.
+    submitter: Mapped[str] = mapped_column(String(64), index=True, default="", server_default="")
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    published: Mapped[Any] = mapped_column(JSON, nullable=True)
+    withdrawn_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class AttemptRow(Base):

@@ -57,11 +57,16 @@ class RunInfo:
     benchmark_version: str
     standard_set: int
     created_at: float
+    submitter: str = ""
+    finished_at: float | None = None  # set once, by ``finish_run``: the run's scores are sealed before
+    published: Any = None  # what finishing published (``leaderboard.publish``): the run's only scores
+    withdrawn_at: float | None = None
 
     @classmethod
     def of(cls, row: RunRow) -> RunInfo:
         return cls(row.run_id, row.agent, row.model, row.notes, row.salt_fingerprint, row.benchmark_version,
-                   row.standard_set, row.created_at)  # fmt: skip
+                   row.standard_set, row.created_at, row.submitter or "", row.finished_at, row.published,
+                   row.withdrawn_at)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -259,14 +264,15 @@ class ResultStore:
 
     def register_run(
         self, agent: str, model: str, notes: str, client_key: str, salt_fingerprint: str, benchmark_version: str,
-        standard_set: int, quota: int = 0,
+        standard_set: int, quota: int = 0, submitter: str = "",
     ) -> tuple[RunInfo, str] | None:
         """A new run and its token (returned once; only its hash is stored); None past the client's daily quota.
 
         Why slots: "at most ``quota`` runs per client and UTC day" must hold for concurrent registrations on
         several replicas. Each run takes one of the day's ``quota`` numbered slots, and a unique constraint on
         (client, day, slot) lets only one registration have each; a count-then-insert would let a burst through.
-        ``quota`` 0 means no limit (no slot is taken).
+        ``quota`` 0 means no limit (no slot is taken). The slots belong to ``client_key``, which the server makes the
+        submitter's key, so several tokens an operator grouped into one submitter share one quota.
         """
         now = time.time()
         day = time.strftime("%Y-%m-%d", time.gmtime(now)) if quota else None
@@ -275,7 +281,8 @@ class ResultStore:
             row = RunRow(run_id="run-" + secrets.token_hex(8), token_hash=token_hash(token), agent=agent[:MAX_AGENT],
                          model=model[:MAX_AGENT], notes=notes[:MAX_NOTES], client=client_hash(client_key),
                          salt_fingerprint=salt_fingerprint, benchmark_version=benchmark_version,
-                         standard_set=standard_set, created_at=now, quota_day=day, quota_slot=slot)  # fmt: skip
+                         standard_set=standard_set, created_at=now, quota_day=day, quota_slot=slot,
+                         submitter=submitter[:64])  # fmt: skip
             try:
                 with self._session() as session:
                     session.add(row)
@@ -297,6 +304,40 @@ class ResultStore:
     def runs(self) -> list[RunInfo]:
         with self._session() as session:
             return [RunInfo.of(r) for r in session.scalars(select(RunRow).order_by(RunRow.created_at))]
+
+    def finish_run(self, run_id: str, published: Any, floor: float) -> bool:
+        """Finish a run once: its open attempts end abandoned (at ``floor``) and ``published`` is stored; False when it
+        was already finished (a finished run is immutable: nothing here or in ``finish`` changes it again)."""
+        now = time.time()
+        with self._session() as session:
+            result = session.execute(
+                update(RunRow).where(RunRow.run_id == run_id, RunRow.finished_at.is_(None))
+                .values(finished_at=now, published=published)
+            )
+            if int(getattr(result, "rowcount", 0)) != 1:
+                return False
+            session.execute(
+                update(AttemptRow).where(AttemptRow.run_id == run_id, AttemptRow.status == "open")
+                .values(status="abandoned", score=floor, finished_at=now)
+            )
+            return True
+
+    def withdraw_run(self, run_id: str) -> bool:
+        """Mark a run withdrawn (it stays listed, marked); False when it already was."""
+        with self._session() as session:
+            result = session.execute(
+                update(RunRow).where(RunRow.run_id == run_id, RunRow.withdrawn_at.is_(None))
+                .values(withdrawn_at=time.time())
+            )
+            return int(getattr(result, "rowcount", 0)) == 1
+
+    def finished_attempts(self, run_id: str) -> int:
+        """How many of the run's attempts have ended (voided ones are not: the run may play them again)."""
+        with self._session() as session:
+            query = select(func.count()).select_from(AttemptRow).where(
+                AttemptRow.run_id == run_id, AttemptRow.status.not_in(("open", "voided"))
+            )
+            return int(session.scalar(query) or 0)
 
     # --- attempts ------------------------------------------------------------------------------
 

@@ -357,6 +357,33 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def run_entry(run_id: str) -> dict[str, Any]:
         return with_pages(await run_in_threadpool(service.runs.run_entry, run_id))
 
+    async def run_token_of(request: Request) -> Any:
+        body = await json_body(request)
+        if not isinstance(body, dict) or set(body) - {"run_token"}:
+            raise EpisodeError('the body must be {"run_token": "<the token POST /runs returned>"}')
+        return body.get("run_token")
+
+    @app.post(
+        "/runs/{run_id}/finish",
+        tags=["Runs"],
+        summary="Finish a run (its run_token in the body): its open attempts end at the floor and its aggregates are "
+        "published; a finished run never changes",
+        responses=error_responses(400, 401, 403, 503),
+    )
+    async def finish_run(run_id: str, request: Request) -> dict[str, Any]:
+        token = await run_token_of(request)
+        return with_pages(await run_in_threadpool(service.runs.finish_run, run_id, token))
+
+    @app.post(
+        "/runs/{run_id}/withdraw",
+        tags=["Runs"],
+        summary="Withdraw a run (its run_token in the body): it stays listed, marked withdrawn and unranked",
+        responses=error_responses(400, 401, 403, 503),
+    )
+    async def withdraw_run(run_id: str, request: Request) -> dict[str, Any]:
+        token = await run_token_of(request)
+        return with_pages(await run_in_threadpool(service.runs.withdraw_run, run_id, token))
+
     @app.get(
         "/leaderboard",
         tags=["Runs"],

@@ -10,6 +10,11 @@ above the floor, and its observations say ``counted: false``, so the reward is n
 Who may play the test split without a run: on a server with a random salt (a development server, the one
 ``mechsandbox eval`` starts), anyone, scored as before, since nothing there is comparable. On a server with a
 fixed salt (a hosted benchmark), nobody, unless the operator turns on practice, whose scores are never shown.
+
+Why a counted attempt's score is sealed on a fixed-salt server (issue 55): one look per run, times many runs, is
+still an oracle (a bisection over the candidate answers needs one run per look). So the agent gets the floor and
+``done``, every route shows the run's coverage only, and the run's scores appear when it is finished, and then only
+as dithered aggregates (``results.leaderboard.publish``) computed once and stored: a finished run is immutable.
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ from typing import Any
 from .. import BENCHMARK_VERSION
 from ..protocol import FLOOR
 from ..results import ResultStore, ResultsUnavailable, RunInfo, leaderboard, resolve_database_url
+from ..results.leaderboard import dither_for, publish
+from ..results.store import client_hash
 from ..tasks import LEVELS, families
 from .clients import Client
 from .episode import EpisodeError, InfraFailure
@@ -104,12 +111,33 @@ def quota_key(client_key: str) -> str:
     return client_key
 
 
+def parse_submitters(text: str, tokens: tuple[str, ...]) -> dict[str, str]:
+    """``MECHSANDBOX_SUBMITTERS`` (``name=tokA,tokB;other=tokC``) as {client key: submitter name}; the client key of a
+    token is ``token#<its index among the accepted tokens>`` (``clients.ClientIdentifier``). A token that is not
+    accepted, or a malformed group, is a ValueError in one line (the server refuses to start)."""
+    groups: dict[str, str] = {}
+    for part in (p.strip() for p in text.split(";") if p.strip()):
+        name, _, members = part.partition("=")
+        name = name.strip()
+        if not name or not members.strip() or len(name) > 40 or not name.replace("-", "").replace("_", "").isalnum():
+            raise ValueError(f"MECHSANDBOX_SUBMITTERS: {part[:40]!r} is not name=token,token (a name of letters, "
+                             "digits, - and _)")  # fmt: skip
+        for token in (t.strip() for t in members.split(",") if t.strip()):
+            if token not in tokens:
+                raise ValueError(f"MECHSANDBOX_SUBMITTERS: submitter {name!r} names a token that is not in "
+                                 "MECHSANDBOX_API_TOKENS")  # fmt: skip
+            groups[f"token#{tokens.index(token)}"] = name
+    return groups
+
+
 class Runs:
     """The server's side of runs: one per ``Service``, over one ``ResultStore``."""
 
     def __init__(self, settings: ServerSettings, salt: bytes, salt_is_random: bool):
         self.settings = settings
         self.salt_is_random = salt_is_random
+        self.secret = salt  # keys the published aggregates' dither (``results.leaderboard.dither_for``)
+        self.groups = parse_submitters(settings.submitters, settings.tokens)
         self.fingerprint = salt_fingerprint(salt)
         # a public salt's test set is anyone's to derive: its runs are listed, never ranked
         self.salt_is_public = not salt_is_random and (settings.public_salt or settings.test_salt in PUBLISHED_SALTS)
@@ -155,22 +183,37 @@ class Runs:
 
     # --- registration --------------------------------------------------------------------------
 
+    def submitter(self, client: Client) -> tuple[str, str]:
+        """``(quota key, public name)`` of the submitter a client is: an operator's group of tokens by its name, a
+        token by its index, an address by a hash of it (its /64 for IPv6; the leaderboard never shows an address).
+        Loopback is a submitter like any other: the quota binds it too (issue 55)."""
+        if client.key in self.groups:
+            name = self.groups[client.key]
+            return f"submitter:{name}", name
+        key = quota_key(client.key)
+        if key.startswith("token#"):
+            return key, key
+        return key, f"client-{client_hash(key)[:10]}"
+
     def register(self, agent: str, model: str, notes: str, client: Client) -> dict[str, Any]:
         store = self._store()
-        quota = 0 if client.exempt else self.settings.run_quota
+        quota = self.settings.run_quota
         standard = min(self.settings.standard_set, self.settings.test_instances)
+        key, name = self.submitter(client)
         with database():
-            made = store.register_run(agent, model, notes, quota_key(client.key), self.fingerprint, BENCHMARK_VERSION,
-                                      standard, quota)  # fmt: skip
+            made = store.register_run(agent, model, notes, key, self.fingerprint, BENCHMARK_VERSION, standard, quota,
+                                      submitter=name)  # fmt: skip
         self._changed()
         if made is None:
-            raise RunQuota(f"this client registered {quota} runs today (UTC), the server's quota "
+            raise RunQuota(f"submitter {name} registered {quota} runs today (UTC), the server's quota "
                            "(MECHSANDBOX_RUN_QUOTA); play the runs you have")  # fmt: skip
         run, token = made
-        log.info("registered %s (agent %r)", run.run_id, run.agent)
+        log.info("registered %s (agent %r, submitter %s)", run.run_id, run.agent, name)
         return {
             "run_id": run.run_id,
             "run_token": token,
+            "submitter": name,
+            "sealed": not self.salt_is_random,
             "salt_fingerprint": self.fingerprint,
             "benchmark_version": BENCHMARK_VERSION,
             "standard_set": {
@@ -202,6 +245,8 @@ class Runs:
         if run.salt_fingerprint != self.fingerprint:
             raise RunRefused(f"{run.run_id} was registered on a server with another test salt "
                              f"({run.salt_fingerprint}, this one is {self.fingerprint})")  # fmt: skip
+        if run.finished_at is not None:
+            raise RunRefused(f"{run.run_id} is finished (its published result never changes); register a new run")
         if not 0 <= int(ref.index or 0) < run.standard_set:
             raise EpisodeError(f"a run plays the standard set: index below {run.standard_set} "
                                "(other test instances are not part of any run)")  # fmt: skip
@@ -229,7 +274,7 @@ class Runs:
             self._changed()
         if attempt_id is None:
             return Scoring("uncounted", run.run_id, reason=f"{run.run_id} already attempted this instance")
-        return Scoring("counted", run.run_id, attempt_id)
+        return Scoring("counted", run.run_id, attempt_id, sealed=not self.salt_is_random)
 
     def finish(self, scoring: Scoring, status: str, score: float | None, steps: int, seconds: float,
                trajectory: list[dict[str, Any]]) -> bool:  # fmt: skip
@@ -237,10 +282,64 @@ class Runs:
         if scoring.mode != "counted" or scoring.attempt_id is None:
             return False
         with database():
-            kept = self._store().finish(scoring.attempt_id, status, FLOOR if score is None else score, steps,
-                                        seconds, trajectory)  # fmt: skip
+            store = self._store()
+            kept = store.finish(scoring.attempt_id, status, FLOOR if score is None else score, steps, seconds,
+                                trajectory)  # fmt: skip
         self._changed()
+        if kept and scoring.run_id is not None:
+            self._finish_if_complete(scoring.run_id)
         return kept
+
+    def _finish_if_complete(self, run_id: str) -> None:
+        """A run whose whole standard set has ended is finished by itself (its result is published at once)."""
+        with database():
+            store = self._store()
+            run = store.run(run_id)
+            if run is None or run.finished_at is not None:
+                return
+            wanted = len(families()) * len(LEVELS) * run.standard_set
+            done = store.finished_attempts(run_id) >= wanted
+        if done:
+            self._publish(run)
+
+    # --- finishing and withdrawing -------------------------------------------------------------
+
+    def _own_run(self, run_id: str, run_token: Any) -> RunInfo:
+        """The run ``run_token`` is the token of, which must be ``run_id``; a one-line 403/404 otherwise."""
+        if not isinstance(run_token, str) or not 0 < len(run_token) <= 128:
+            raise RunRefused("this needs the run's run_token (the string POST /runs returned)")
+        with database():
+            run = self._store().run_for_token(run_token)
+        if run is None or run.run_id != run_id:
+            raise RunRefused(f"that run_token is not the token of {run_id[:60]!r}")
+        return run
+
+    def finish_run(self, run_id: str, run_token: Any) -> dict[str, Any]:
+        """Finish a run: its open attempts end at the floor, its aggregates are published; finishing again changes
+        nothing (a finished run is immutable) and answers the same entry."""
+        run = self._own_run(run_id, run_token)
+        if run.finished_at is None:
+            self._publish(run)
+        return self.run_entry(run_id)
+
+    def withdraw_run(self, run_id: str, run_token: Any) -> dict[str, Any]:
+        """Mark a run withdrawn: it stays listed (unranked, marked), with whatever it published."""
+        run = self._own_run(run_id, run_token)
+        with database():
+            self._store().withdraw_run(run.run_id)
+        self._changed()
+        log.info("%s withdrawn by its submitter", run.run_id)
+        return self.run_entry(run_id)
+
+    def _publish(self, run: RunInfo) -> None:
+        store = self._store()
+        current = {f.id: f.family_version for f in families()}
+        with database():
+            attempts = store.attempts(run.run_id)
+            published = publish(run, attempts, current, LEVELS, dither_for(self.secret, run.run_id))
+            if store.finish_run(run.run_id, published, FLOOR):
+                log.info("%s finished: overall %.2f published", run.run_id, published["overall"]["mean"])
+        self._changed()
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -81,7 +81,7 @@ def test_counted_results_survive_a_restart(tmp_path) -> None:
     with running_server(tmp_path, **env) as server, server.http() as http:
         run = register(http, "survivor")
         first = play(http, run["run_token"], 0, answer(0))
-        assert first["reward"] == 0.99 and first["observation"]["counted"] is True
+        assert first["reward"] == 0.01 and first["observation"]["counted"] is True  # sealed on a fixed salt
         # Over the WebSocket the token is a keyword of reset, for the typed client and for OpenEnv's generic one.
         with MechSandboxEnv(base_url=server.url).sync() as typed:
             obs = typed.reset(task_id=TASK, split="test", index=2, run_token=run["run_token"]).observation
@@ -95,11 +95,18 @@ def test_counted_results_survive_a_restart(tmp_path) -> None:
     assert (tmp_path / "data" / "results.sqlite").exists()
     with running_server(tmp_path, **env) as server, server.http() as http:
         entry = http.get(f"/runs/{run['run_id']}").json()
-        assert entry["overall"] == 0.99 and entry["episodes"] == 2
+        assert entry["status"] == "sealed" and entry["overall"] is None and entry["coverage"]["attempted"] == 2
         again = play(http, run["run_token"], 0, answer(0))  # the same token still plays, and still counts once
         assert again["reward"] == 0.01 and again["observation"]["counted"] is False
         assert play(http, run["run_token"], 1, [0])["observation"]["counted"] is True
-        assert http.get(f"/runs/{run['run_id']}").json()["episodes"] == 3
+        assert http.get(f"/runs/{run['run_id']}").json()["coverage"]["attempted"] == 3
+        done = http.post(f"/runs/{run['run_id']}/finish", json={"run_token": run["run_token"]}).json()
+        assert done["status"] == "finished" and done["overall"] is not None
+    with running_server(tmp_path, **env) as server, server.http() as http:
+        assert http.get(f"/runs/{run['run_id']}").json() == done  # a finished run is immutable, across restarts too
+        body = {"task_id": TASK, "split": "test", "index": 4, "run_token": run["run_token"]}
+        refused = http.post("/reset", json=body)
+        assert refused.status_code == 403 and "finished" in refused.json()["detail"]
 
 
 def test_concurrent_claims_count_once_on_postgres(postgres: Postgres) -> None:
@@ -144,10 +151,11 @@ def test_two_servers_share_one_leaderboard_on_postgres(tmp_path, postgres: Postg
         with ThreadPoolExecutor(4) as pool:
             counted = list(pool.map(attempt, [http_a, http_b, http_a, http_b]))
         assert sorted(counted) == [False, False, False, True]  # four resets on two replicas: one claim
+        finished = http_b.post(f"/runs/{run['run_id']}/finish", json={"run_token": run["run_token"]}).json()
         board_a, board_b = http_a.get("/leaderboard").json(), http_b.get("/leaderboard").json()
         assert board_a["runs"] == board_b["runs"]
         entry = next(r for r in board_a["runs"] if r["run_id"] == run["run_id"])
-        assert entry["episodes"] == 2 and entry["overall"] == (0.99 + 0.01) / 2  # the replays abandoned index 1
+        assert entry["coverage"]["attempted"] == 2 and entry["overall"] == finished["overall"] is not None
         assert http_a.get("/health").json()["results_database"] == "postgresql"
 
 

@@ -9,7 +9,6 @@ folder) with a fixed salt, driven over HTTP with FastAPI's TestClient. Restarts 
 
 from __future__ import annotations
 
-import statistics
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from mechsandbox.protocol import FLOOR
 from mechsandbox.results import wilson_interval
+from mechsandbox.results.leaderboard import QUANTA
 from mechsandbox.results.store import ResultStore
 from mechsandbox.server.app import create_app
 from mechsandbox.server.clients import Client
@@ -25,7 +25,7 @@ from mechsandbox.server.runs import RunQuota, Runs
 from mechsandbox.server.service import Service
 from mechsandbox.server.settings import ServerSettings
 from mechsandbox.server.splits import heldout_ref
-from mechsandbox.tasks import generate
+from mechsandbox.tasks import families, generate
 from sqlalchemy import create_engine
 from sqlalchemy.orm import sessionmaker
 
@@ -65,6 +65,17 @@ def submit(http: TestClient, episode_id: str, answer: Any) -> dict[str, Any]:
     return response.json()
 
 
+def finish(http: TestClient, run: dict[str, Any]) -> dict[str, Any]:
+    response = http.post(f"/runs/{run['run_id']}/finish", json={"run_token": run["run_token"]})
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def stored_scores(service: Service, run_id: str) -> list[float]:
+    """What the database holds for a run's attempts (what sealing hides from every route), oldest first."""
+    return [a.score if a.status == "graded" else FLOOR for a in service.runs.store.attempts(run_id)]  # type: ignore
+
+
 def truth_of(index: int, level: str = "easy", task: str = TASK) -> Any:
     """The answer of a test instance, derived the way only the server (and this test, which knows the salt) can."""
     ref = heldout_ref(SALT.encode(), task, level, index)
@@ -83,7 +94,8 @@ def test_the_reward_is_no_oracle_within_a_run(http: TestClient) -> None:
     first = reset(http, index=index, run_token=token)
     assert first["observation"]["counted"] is True and first["observation"]["run_id"] == run["run_id"]
     counted = submit(http, first["episode_id"], [0])
-    assert counted["observation"]["counted"] is True and counted["reward"] == counted["observation"]["score"]
+    assert counted["observation"]["counted"] is True and counted["reward"] == FLOOR  # sealed (issue 55)
+    assert counted["observation"]["score"] is None and "sealed" in counted["observation"]["stdout_or_error"]
     seen = []
     for guess in candidates(index):
         episode = reset(http, index=index, run_token=token)
@@ -93,19 +105,17 @@ def test_the_reward_is_no_oracle_within_a_run(http: TestClient) -> None:
         assert "not counted" in obs["observation"]["stdout_or_error"]
     assert seen == [(FLOOR, None, False)] * len(seen)  # the true answer earns exactly what a wrong one does
     entry = http.get(f"/runs/{run['run_id']}").json()
-    assert entry["episodes"] == 1 and entry["overall"] == pytest.approx(counted["reward"])
+    assert entry["status"] == "sealed" and entry["overall"] is None and entry["coverage"]["attempted"] == 1
 
 
-def test_two_runs_are_counted_separately(http: TestClient) -> None:
+def test_two_runs_are_counted_separately(http: TestClient, service: Service) -> None:
     first, second = register(http, agent="a"), register(http, agent="b")
     index = 2
     wrong = submit(http, reset(http, index=index, run_token=first["run_token"])["episode_id"], [0])
     right = submit(http, reset(http, index=index, run_token=second["run_token"])["episode_id"], truth_of(index))
     assert wrong["observation"]["counted"] and right["observation"]["counted"]
-    assert right["reward"] == 0.99 > wrong["reward"]
-    board = {r["run_id"]: r for r in http.get("/leaderboard").json()["runs"]}
-    assert board[first["run_id"]]["overall"] == wrong["reward"]
-    assert board[second["run_id"]]["overall"] == 0.99
+    assert right["reward"] == wrong["reward"] == FLOOR
+    assert [stored_scores(service, first["run_id"]), stored_scores(service, second["run_id"])] == [[FLOOR], [0.99]]
 
 
 def test_run_less_test_resets_are_refused_on_a_fixed_salt(http: TestClient) -> None:
@@ -160,7 +170,7 @@ def test_a_run_plays_only_the_standard_set(http: TestClient, service: Service) -
     assert response.status_code == 400 and "standard set" in response.json()["detail"]
 
 
-def test_a_replay_ends_the_open_attempt(http: TestClient) -> None:
+def test_a_replay_ends_the_open_attempt(http: TestClient, service: Service) -> None:
     """Keeping the counted episode open while probing replays of the instance buys nothing: the replay's reset
     abandons the attempt (at the floor), and the old episode's submission is not counted."""
     run = register(http)
@@ -170,8 +180,7 @@ def test_a_replay_ends_the_open_attempt(http: TestClient) -> None:
     late = submit(http, counted["episode_id"], truth_of(13))
     assert late["reward"] == FLOOR and late["observation"]["counted"] is False
     assert late["observation"]["score"] is None and "abandoned" in late["observation"]["stdout_or_error"]
-    entry = http.get(f"/runs/{run['run_id']}").json()
-    assert entry["episodes"] == 1 and entry["overall"] == FLOOR
+    assert stored_scores(service, run["run_id"]) == [FLOOR]
 
 
 def test_a_null_level_defers_to_task_level(service: Service) -> None:
@@ -208,8 +217,8 @@ def test_an_abandoned_attempt_counts_at_the_floor(http: TestClient, service: Ser
     again = reset(http, index=4, run_token=run["run_token"])
     assert again["observation"]["counted"] is False
     assert submit(http, again["episode_id"], truth_of(4))["reward"] == FLOOR
-    entry = http.get(f"/runs/{run['run_id']}").json()
-    assert entry["episodes"] == 1 and entry["overall"] == FLOOR
+    assert [a.status for a in service.runs.store.attempts(run["run_id"])] == ["abandoned"]  # type: ignore[union-attr]
+    assert stored_scores(service, run["run_id"]) == [FLOOR]
 
 
 def test_a_database_failure_loses_nothing(http: TestClient, service: Service) -> None:
@@ -234,8 +243,8 @@ def test_a_database_failure_loses_nothing(http: TestClient, service: Service) ->
     state = http.get("/state", params={"episode_id": episode["episode_id"]}).json()
     assert state["step_count"] == 0 and not state["done"]  # the refused submission spent nothing
     retried = submit(http, episode["episode_id"], truth_of(5))
-    assert retried["reward"] == 0.99 and retried["observation"]["counted"] is True
-    assert http.get(f"/runs/{run['run_id']}").json()["overall"] == 0.99
+    assert retried["reward"] == FLOOR and retried["observation"]["counted"] is True
+    assert stored_scores(service, run["run_id"]) == [0.99]
 
 
 def test_counted_attempts_keep_their_trajectory(http: TestClient, service: Service) -> None:
@@ -267,11 +276,17 @@ def test_the_leaderboard_equals_a_recomputation_from_raw_rows(http: TestClient, 
     scores = [score if status == "graded" else FLOOR for status, score in rows]
     assert len(scores) == 4
     entry = next(r for r in http.get("/leaderboard").json()["runs"] if r["run_id"] == run["run_id"])
-    mean = statistics.fmean(scores)
-    assert entry["overall"] == pytest.approx(mean, abs=1e-4)
-    assert entry["ci95"] == list(wilson_interval(mean, 4))
-    assert entry["families"][TASK]["levels"]["easy"]["episodes"] == 4
+    assert entry["overall"] is None and entry["families"] == {} and entry["rank"] is None  # sealed until finished
     assert entry["coverage"]["open"] == 1 and entry["complete"] is False
+    entry = finish(http, run)
+    # Published over the whole standard set (unplayed instances at the floor), rounded to its quantum after dither.
+    n = len(families()) * 3 * service.settings.standard_set
+    mean = (sum(scores) + FLOOR * (n - 4)) / n
+    assert entry["episodes"] == n and abs(entry["overall"] - mean) < QUANTA["overall"]
+    assert round(entry["overall"] / QUANTA["overall"], 6).is_integer()
+    assert entry["ci95"] == list(wilson_interval(entry["overall"], n))
+    assert entry["families"][TASK]["episodes"] == 3 * service.settings.standard_set
+    assert entry["coverage"]["open"] == 0 and entry["status"] == "finished"
     assert entry["salt_fingerprint"] == service.runs.fingerprint and SALT not in str(entry)
 
 
@@ -282,6 +297,7 @@ def test_the_leaderboard_command_reads_the_database(http: TestClient, service: S
 
     run = register(http, agent="from-the-db")
     submit(http, reset(http, index=12, run_token=run["run_token"])["episode_id"], truth_of(12))
+    finish(http, run)
     url = service.runs.store.url  # type: ignore[union-attr]
     command = [sys.executable, "-m", "mechsandbox.cli", "leaderboard", "--db", url]
     table = subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -299,6 +315,16 @@ def test_the_leaderboard_command_reads_the_database(http: TestClient, service: S
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
 
 
+def finished(run: Any, rows: list[Any], levels: tuple[str, ...] = ("easy", "medium", "hard")) -> Any:
+    """``run`` as ``Runs`` leaves it once finished: its published aggregates on the row (no dither: rounded down)."""
+    import dataclasses
+
+    from mechsandbox.results.leaderboard import publish
+
+    mine = [a for a in rows if a.run_id == run.run_id]
+    return dataclasses.replace(run, finished_at=9.0, published=publish(run, mine, {"x": "1"}, levels, lambda _: 0.0))
+
+
 def test_partial_runs_never_rank_above_complete_ones(tmp_path) -> None:
     """A tiny standard set (one instance per level of one family) makes a complete run cheap to play."""
     from mechsandbox.results import leaderboard
@@ -313,6 +339,7 @@ def test_partial_runs_never_rank_above_complete_ones(tmp_path) -> None:
 
     rows = [attempt("run-complete", lv, 0.3) for lv in ("easy", "medium", "hard")]
     rows += [attempt("run-partial", "easy", 0.99), attempt("run-other", "easy", 0.99, version="2")]
+    complete, partial, other = (finished(run, rows) for run in (complete, partial, other))
     board = leaderboard([complete, partial, other], rows, {"x": "1"}, ("easy", "medium", "hard"), "fp", "0.1.0", 1)
     ranked = [(r["run_id"], r["rank"], r["complete"]) for r in board["runs"]]
     assert ranked[:2] == [("run-complete", 1, True), ("run-partial", 2, False)]
@@ -353,7 +380,8 @@ def test_a_refused_websocket_reset_keeps_the_counted_attempt(http: TestClient, s
         assert json.loads(ws.receive_text())["type"] == "error"
         ws.send_text(json.dumps({"type": "step", "data": {"solution_target": truth_of(14)}}))
         graded = json.loads(ws.receive_text())["data"]
-        assert graded["reward"] == 0.99 and graded["observation"]["counted"] is True
+        assert graded["reward"] == FLOOR and graded["observation"]["counted"] is True
+    assert stored_scores(service, run["run_id"]) == [0.99]
 
 
 def test_wilson_interval_behaves_at_the_ceiling_and_at_small_n() -> None:
@@ -391,8 +419,10 @@ def test_the_registration_quota_holds_per_client_even_in_a_burst(tmp_path) -> No
         runs.register("a", "", "", Client("addr:2001:db8::2"))
         with pytest.raises(RunQuota):  # the same IPv6 /64 is one client
             runs.register("a", "", "", Client("addr:2001:db8::3"))
-        for _ in range(3):
-            runs.register("a", "", "", Client("addr:127.0.0.1", exempt=True))  # loopback is exempt
+        runs.register("a", "", "", Client("addr:127.0.0.1", exempt=True))
+        runs.register("a", "", "", Client("addr:127.0.0.1", exempt=True))
+        with pytest.raises(RunQuota):  # loopback is a submitter like any other (issue 55)
+            runs.register("a", "", "", Client("addr:127.0.0.1", exempt=True))
     finally:
         runs.close()
 

@@ -76,8 +76,10 @@ def _mean_cell(entry: Mapping[str, Any]) -> str:
     return cell(f"{interval_text(entry)} (n={entry['episodes']})", num=True)
 
 
-def _board_cell(mean: Any, interval: list[float]) -> str:
-    """A leaderboard mean and its Wilson interval, as the database computed them."""
+def _board_cell(mean: Any, interval: list[float] | None) -> str:
+    """A leaderboard mean and its Wilson interval, as the database published them; "sealed" for a run not finished."""
+    if mean is None or not interval:
+        return cell("sealed", num=True)
     return cell(f"{mean} [{interval[0]}, {interval[1]}]", num=True)
 
 
@@ -190,8 +192,12 @@ def run_page(run: RunDir, baselines: Mapping[str, Mapping[str, Any]] | None = No
     just drew into), else they are drawn."""
     summary = run.summary
     images = "".join(_svg_img(_figure_svg(run, name, figures, baselines), ALT[name]) for name in NAMES)
+    # A test-split folder never shows its episodes: their instance ids and answers, published, would hand a strong
+    # run's answers to everyone who plays the same salt (issue 55).
+    episodes = (trajectories_section(run) if summary.get("run", {}).get("split") != "test" else
+                '<h2>Episodes</h2><p class="muted">not shown: a test-split run\'s episodes hold test answers</p>')
     body = (_run_header(summary, run.name) + "<h2>Scores</h2>" + summary_table(summary)
-            + f'<h2>Figures</h2><div class="figure">{images}</div>' + trajectories_section(run))  # fmt: skip
+            + f'<h2>Figures</h2><div class="figure">{images}</div>' + episodes)  # fmt: skip
     return shell(f"MechSandbox run: {run.name}", body, scripts=("runs.js",), inline=inline)
 
 
@@ -209,14 +215,16 @@ def runs_index(folders: Mapping[str, str], board: Mapping[str, Any] | None, boar
         for group in groups:
             rows = [
                 f'<tr>{cell(r.get("rank", ""))}<td><a href="/web/runs/db/{esc(r["run_id"])}">{esc(r["run_id"])}'
-                f'</a></td>{cell(r.get("agent", ""))}{cell(r.get("model") or "")}{_board_cell(r["overall"], r["ci95"])}'
-                f'{cell(r.get("episodes"), num=True)}{cell("complete" if r.get("complete") else "partial")}</tr>'
+                f'</a></td>{cell(_submitter(r))}'
+                f'{cell(r.get("agent", ""))}{cell(r.get("model") or "")}{_board_cell(r["overall"], r["ci95"])}'
+                f'{cell(r.get("episodes"), num=True)}{cell(_run_status(r))}</tr>'
                 for r in board.get("runs", []) if r.get("group") == group.get("group")
             ]  # fmt: skip
             title = "current test set and versions" if group.get("current") else "another test set or family versions"
             title += "; a public salt: listed, not ranked" if group.get("public_salt") else ""
             parts.append(f'<p class="muted">group {esc(group.get("group", ""))}: {title}</p>')
-            headers = ["rank", "run", "agent", "model", "overall [95% interval]", "episodes", "coverage"]
+            headers = ["rank", "run", "submitter (finished runs)", "agent", "model", "overall [95% interval]",
+                       "episodes", "status"]
             parts.append(table(headers, rows, css="board"))
     parts.append("<h2>Run folders</h2>")
     if folders:
@@ -226,6 +234,16 @@ def runs_index(folders: Mapping[str, str], board: Mapping[str, Any] | None, boar
     else:
         parts.append('<p class="muted">none: set MECHSANDBOX_RUN_DIRS to eval output folders (or folders of them)</p>')
     return shell("MechSandbox runs", "".join(parts))
+
+
+def _submitter(entry: Mapping[str, Any]) -> str:
+    return f"{entry.get('submitter', '')} ({entry.get('submitter_finished_runs', 0)})"
+
+
+def _run_status(entry: Mapping[str, Any]) -> str:
+    if entry.get("status") in ("sealed", "withdrawn"):
+        return str(entry["status"])
+    return "complete" if entry.get("complete") else "partial"
 
 
 def db_run_page(run_id: str, entry: Mapping[str, Any], folder: str | None) -> str:
