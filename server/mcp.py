@@ -18,6 +18,10 @@ A session belongs to the client that opened it (``clients.py``: its bearer token
 its address): a ``tools/call`` or an ``openenv/session/close`` from any other client is answered exactly as an
 unknown id is, so a leaked or guessed id neither runs code in, submits for nor closes another client's episode, and
 the answer does not tell whether the id exists (a red team ran, read, submitted and closed another token's session).
+OpenEnv's WebSocket routes name sessions too, and ``SessionGuard`` holds them to the same rule: ``/ws?session_id=``
+(which attaches to a session) is refused at the handshake unless the client owns it, and an
+``openenv/session/close`` sent over ``WS /mcp`` or as a ``/ws`` "mcp" frame names, by the time OpenEnv reads it, a
+session that cannot exist unless the client owns the one it named.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -112,6 +117,7 @@ class McpRoute:
             raise RuntimeError("OpenEnv's POST /mcp route was not found: the session methods would have no handler")
 
     def register(self, app: FastAPI) -> None:
+        app.add_middleware(SessionGuard, route=self)  # inside RequestLimits, which names the client
         @app.post(
             "/mcp",
             tags=["MCP"],
@@ -215,3 +221,51 @@ class McpRoute:
         # a step for OpenEnv's reapers only once a call ran: refused calls must not keep a never-used session alive
         self.server._update_session_activity(session_id, increment_step=name != "describe_task")
         return rpc_result(rid, tool_result(result))
+
+
+NOT_YOURS = "unknown-or-closed:"  # what a close of a session the client does not own names instead (no id has a colon)
+
+
+class SessionGuard:
+    """ASGI middleware: OpenEnv's WebSocket routes address only the client's own sessions (the module doc says why).
+
+    A WebSocket attaching with ``/ws?session_id=`` to a session another client opened (or none) is closed before the
+    handshake (HTTP 403). A close request over a WebSocket (a ``WS /mcp`` message, or a ``/ws`` frame of type "mcp")
+    for a session the client does not own has its ``session_id`` replaced by ``NOT_YOURS`` and its first 12
+    characters, which OpenEnv answers as an unknown id: the same answer whether the id existed or not."""
+
+    def __init__(self, app: Any, route: McpRoute):
+        self.app, self.route = app, route
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket" or scope.get("path") not in ("/ws", "/mcp"):
+            return await self.app(scope, receive, send)
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        if any(self.route.owned(sid) is None for sid in query.get("session_id", []) if sid):
+            await send({"type": "websocket.close", "code": 1008, "reason": "unknown or closed session_id"})
+            return None
+
+        async def receive_checked() -> dict:
+            message = await receive()
+            if message.get("type") == "websocket.receive" and message.get("text"):
+                message["text"] = self.checked_frame(message["text"])
+            return message
+
+        return await self.app(scope, receive_checked, send)
+
+    def checked_frame(self, text: str) -> str:
+        try:
+            frame = json.loads(text)
+        except (ValueError, RecursionError):
+            return text  # OpenEnv answers it as the malformed message it is
+        if not isinstance(frame, dict):
+            return text
+        rpc = frame.get("data") if frame.get("type") == "mcp" else frame
+        if not isinstance(rpc, dict) or rpc.get("method") != "openenv/session/close":
+            return text
+        params = rpc.get("params")
+        sid = params.get("session_id") if isinstance(params, dict) else None
+        if not isinstance(sid, str) or not sid or self.route.owned(sid) is not None:
+            return text
+        params["session_id"] = NOT_YOURS + sid[:12]
+        return json.dumps(frame)

@@ -85,6 +85,36 @@ def test_another_token_cannot_use_or_close_an_mcp_session(token_server) -> None:
         assert "result" in rpc(a, "openenv/session/close", session_id=sid)
 
 
+def test_another_token_cannot_reach_an_mcp_session_over_websockets(token_server) -> None:
+    """OpenEnv's WebSockets name sessions too: ``/ws?session_id=`` attaches to one (it ran code in another token's
+    namespace), and an ``openenv/session/close`` over ``WS /mcp`` or in a ``/ws`` "mcp" frame closed another's."""
+    ws_url = token_server.url.replace("http", "ws")
+    b_auth = {"Authorization": "Bearer tok-b"}
+    with as_token(token_server, "tok-a") as a:
+        sid = rpc(a, "openenv/session/create")["result"]["session_id"]
+        assert not tool(a, sid, "start_episode", **TASK)["result"]["isError"]
+        assert not tool(a, sid, "run_python", code="secret = 41")["result"]["isError"]
+        for attached in (sid, sid[:12] + "-never-made"):  # refused alike, whether the id exists or not
+            with pytest.raises(InvalidStatus) as refused:
+                connect(f"{ws_url}/ws?session_id={attached}", additional_headers=b_auth, open_timeout=30)
+            assert refused.value.response.status_code == 403
+        close = {"jsonrpc": "2.0", "id": 7, "method": "openenv/session/close"}
+        answers = []
+        for target in (sid, sid[:12] + "-never-made"):
+            with connect(f"{ws_url}/mcp", additional_headers=b_auth, open_timeout=30) as ws:
+                ws.send(json.dumps({**close, "params": {"session_id": target}}))
+                answers.append(json.loads(ws.recv(timeout=60)))
+            with connect(f"{ws_url}/ws", additional_headers=b_auth, open_timeout=30) as ws:
+                ws.send(json.dumps({"type": "mcp", "data": {**close, "params": {"session_id": target}}}))
+                answers.append(json.loads(ws.recv(timeout=60)))
+        replies = [answer["data"] if answer.get("type") == "mcp" else answer for answer in answers]
+        assert all(reply.get("result") is None and reply["error"]["code"] == -32602 for reply in replies), answers
+        assert answers[0] == answers[2] and answers[1] == answers[3], answers  # the same whether the id exists
+        ran = tool(a, sid, "run_python", code="print(secret + 1)")["result"]
+        assert ran["content"][0]["text"].startswith("42") and ran["structuredContent"]["step"] == 2, ran
+        assert "result" in rpc(a, "openenv/session/close", session_id=sid)
+
+
 # --- the test salt ---------------------------------------------------------------------------------
 
 
