@@ -6,7 +6,8 @@ database of every counted answer. An escaped worker could read them all. The zyg
 sandbox, the public model classes and three small modules they depend on (``tests/test_sandbox_contract.py`` checks
 that import graph), so the pool copies exactly those sources, with their compiled bytecode, into a fresh folder and
 the jail binds that folder where the package lives: imports resolve as before (the editable install's finder names
-the same path) and nothing else of the checkout is there. The copy is ~0.6 MB and takes a few milliseconds.
+the same path) and nothing else of the checkout is there. The copy holds 60 files, 928 KiB, and took 21 ms (median of
+5, on this 2-core machine at a load average of 8-12), once per zygote start.
 
 Folders that must still appear beneath the package (the virtualenv, when it lives in the checkout) get an empty
 mount point in the copy; the jail binds them on top (``jail.bwrap_argv``).
