@@ -37,6 +37,7 @@ Z95 = 1.959963984540054
 # at most 0.98 / n, and shows with probability at most (0.98 / n) / quantum. Family-by-level cells (n = 20) are
 # not published: one answer moves them by up to 0.049, an oracle at any useful precision.
 QUANTA = {"overall": 0.01, "family": 0.1, "level": 0.05}
+SPREAD = 4  # a cell's quantum is at least SPREAD times one answer's largest move (0.98 / n): for small standard sets
 Dither = Callable[[str], float]  # a cell's name -> a secret number in [0, 1), fixed per run and cell
 
 
@@ -91,9 +92,12 @@ def publish(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str], 
                 attempt = played.get((task_id, level, index))
                 score_of[(task_id, level, index)] = counted_score(attempt) if attempt is not None else FLOOR
 
+    precision: dict[str, float] = {}
+
     def cell(name: str, kind: str, keys: list[tuple[str, str, int]]) -> dict[str, Any]:
         mean = statistics.fmean(score_of[k] for k in keys) if keys else 0.0
-        shown = dithered(mean, QUANTA[kind], dither(name))
+        quantum = precision.setdefault(kind, quantum_for(kind, len(keys)))
+        shown = dithered(mean, quantum, dither(name))
         return {"mean": shown, "ci95": list(wilson_interval(shown, len(keys))), "episodes": len(keys)}
 
     versions: dict[str, set[str]] = defaultdict(set)
@@ -107,8 +111,15 @@ def publish(run: RunInfo, attempts: list[Attempt], standard: Mapping[str, str], 
         "overall": cell("overall", "overall", list(score_of)),
         "families": families,
         "levels": {level: cell(f"level/{level}", "level", [k for k in score_of if k[1] == level]) for level in levels},
-        "precision": dict(QUANTA),
+        "precision": precision,
     }
+
+
+def quantum_for(kind: str, n: int) -> float:
+    """The published precision of a cell of ``n`` instances: ``QUANTA[kind]``, coarser where one answer (0.98 / n)
+    would move the mean by more than a quarter of it, so a run tells two answers apart with chance below 1/4 a cell."""
+    least = SPREAD * (1 - 2 * FLOOR) / max(n, 1)
+    return QUANTA[kind] if QUANTA[kind] >= least else round(math.ceil(least * 100) / 100, 2)
 
 
 def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[str, str], standard_set: int) -> str:

@@ -259,7 +259,8 @@ def db_run_page(run_id: str, entry: Mapping[str, Any], folder: str | None) -> st
         rows.append(f"<tr>{cell(family)}{by_level}{total}</tr>")
     link = (f'<p><a href="/web/runs/dir/{esc(folder)}">episodes and figures (run folder {esc(folder)})</a></p>'
             if folder else '<p class="muted">no run folder of this run is configured (MECHSANDBOX_RUN_DIRS)</p>')
-    facts = " &middot; ".join(f"{esc(k)} <b>{esc(entry.get(k))}</b>" for k in ("agent", "model", "overall", "episodes")
+    facts = " &middot; ".join(f"{esc(k)} <b>{esc(entry.get(k))}</b>" for k in ("agent", "model", "status", "overall",
+                                                                               "episodes")
                               if entry.get(k) is not None)  # fmt: skip
     headers = ["family", *levels, "all levels [95% interval]", "counted episodes"]
     body = f'<p class="muted">{facts}</p>{table(headers, rows, "summary")}{link}'
