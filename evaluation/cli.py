@@ -86,6 +86,8 @@ def run_eval(args: argparse.Namespace) -> int:
             print("mechsandbox eval: --retries must be 0 or more", file=sys.stderr)
             return 2
         records = run_plan(plan, urls, make, concurrency=args.concurrency, retries=retries)
+        if info.get("run_id"):
+            finish_run(url, plan, info)
     info["instance_ids"] = sorted(r.instance_id for r in records if r.instance_id)
     summary = write_all(out, records, info, {data["run"].get("agent", k): data for k, data in baselines.items()})
     o, lost = summary["overall"], summary["infrastructure_errors"]
@@ -116,6 +118,24 @@ def agreed_scoring(urls: list[str], split: str) -> tuple[dict, str | None]:
         if differ:
             return {}, f"{url} and {urls[0]} differ in {', '.join(differ)}: they cannot share one run"
     return facts[0], None
+
+
+def finish_run(url: str, plan: Plan, info: dict) -> None:
+    """Finish the counted run (``POST /runs/{id}/finish``): its scores were sealed while it played, and finishing
+    publishes its aggregates, which go into ``summary.json`` (``run.published``). A failure is one line; the run can
+    be finished later with its token (never written to disk)."""
+    from ..submission import _request, http_base
+
+    token = next((r.get("run_token") for r in plan.resets if r.get("run_token")), None)
+    try:
+        entry = _request(f"{http_base(url)}/runs/{info['run_id']}/finish", {"run_token": token})
+    except (OSError, RuntimeError, ValueError) as exc:
+        print(f"mechsandbox eval: could not finish {info['run_id']}: {exc}", file=sys.stderr)
+        return
+    info["published"] = {k: entry.get(k) for k in ("status", "overall", "ci95", "episodes", "families", "levels",
+                                                    "precision", "complete")}  # fmt: skip
+    print(f"mechsandbox eval: {info['run_id']} finished: published overall {entry.get('overall')} "
+          f"{entry.get('ci95')} (precision {entry.get('precision')})", file=sys.stderr)  # fmt: skip
 
 
 def join_run(url: str, name: str, plan: Plan, info: dict) -> str | None:
