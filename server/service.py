@@ -34,7 +34,7 @@ from .prefetch import Pair, Prefetcher
 from .runs import Runs
 from .sandbox import SandboxPool, SandboxSettings, SandboxUnavailable
 from .settings import ServerSettings
-from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, train_ref
+from .splits import SPLITS, TRAIN_SEED_LIMIT, InstanceRef, heldout_ref, practice_ref, train_ref
 
 log = logging.getLogger("mechsandbox.server")
 
@@ -204,6 +204,8 @@ class Service:
             index = params.get("index", 0)
             if type(index) is not int or not 0 <= index < self.settings.test_instances:
                 raise EpisodeError(f"index must be an integer in [0, {self.settings.test_instances})")
+            if params.get("run_token") is None and not self.salt_is_random:  # practice: never a counted instance
+                return practice_ref(self.salt, family.id, level, index)
             return heldout_ref(self.salt, family.id, level, index)
         seed = params.get("seed")
         if seed is None:

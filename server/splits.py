@@ -58,6 +58,16 @@ def heldout_ref(salt: bytes, task_id: str, level: str, index: int) -> InstanceRe
     )
 
 
+def practice_ref(salt: bytes, task_id: str, level: str, index: int) -> InstanceRef:
+    """A practice instance: a run-less test reset on a fixed-salt server (``MECHSANDBOX_PRACTICE``). Its own derivation
+    (HMAC over ``practice/...``), so practice never plays a counted instance: studying it with fresh step budgets
+    teaches nothing about the standard set's answers (issue 55), and its ids (``practice-...``) are its own."""
+    digest = hmac.new(salt, f"practice/{task_id}/{level}/{index}".encode(), hashlib.sha256).digest()
+    seed = TRAIN_SEED_LIMIT + int.from_bytes(digest[:8], "big") % (2**63 - TRAIN_SEED_LIMIT)
+    name = hmac.new(salt, f"practice-instance/{task_id}/{level}/{index}".encode(), hashlib.sha256).hexdigest()
+    return InstanceRef(task_id, level, "test", seed, f"practice-{name[:20]}", index)
+
+
 def salt_fingerprint(salt: bytes) -> str:
     """A short public name for a salt (12 hex digits): two servers with the same fingerprint serve the same test set.
 

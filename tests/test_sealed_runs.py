@@ -202,3 +202,21 @@ def test_one_answer_moves_a_published_aggregate_by_at_most_its_precision() -> No
             assert abs(one["levels"][level]["mean"] - two["levels"][level]["mean"]) <= QUANTA["level"] + 1e-9
     exact = sum(a.score for a in rows) / len(rows)
     assert abs(publish(run, rows, standard, LEVELS, lambda _: 0.999)["overall"]["mean"] - exact) < QUANTA["overall"]
+
+
+def test_practice_instances_are_disjoint_from_the_standard_set(service: Service) -> None:
+    """A run-less test reset on a fixed salt (practice) plays its own instances: never a standard-set one."""
+    from mechsandbox.server.splits import practice_ref
+
+    salt = SALT.encode()
+    counted = {(r.seed, r.instance_id) for f in families() for lv in LEVELS for k in range(20)
+               for r in [heldout_ref(salt, f.id, lv, k)]}  # fmt: skip
+    practice = [practice_ref(salt, f.id, lv, k) for f in families() for lv in LEVELS for k in range(100)]
+    assert not {r.seed for r in practice} & {seed for seed, _ in counted}
+    assert not {r.instance_id for r in practice} & {name for _, name in counted}
+    assert all(r.instance_id.startswith("practice-") for r in practice)
+    for index in range(STANDARD):
+        ref = service.resolve({"task_id": TASK, "split": "test", "level": "easy", "index": index})
+        assert ref == practice_ref(salt, TASK, "easy", index)
+        assert service.resolve({"task_id": TASK, "split": "test", "level": "easy", "index": index,
+                                "run_token": "mst_x"}) == heldout_ref(salt, TASK, "easy", index)  # fmt: skip
