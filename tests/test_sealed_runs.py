@@ -220,3 +220,36 @@ def test_practice_instances_are_disjoint_from_the_standard_set(service: Service)
         assert ref == practice_ref(salt, TASK, "easy", index)
         assert service.resolve({"task_id": TASK, "split": "test", "level": "easy", "index": index,
                                 "run_token": "mst_x"}) == heldout_ref(salt, TASK, "easy", index)  # fmt: skip
+
+
+def test_a_configured_eval_folder_of_a_test_run_shows_no_answer(tmp_path) -> None:
+    """A real ``mechsandbox eval --split test`` folder (its own random-salt server: the episodes hold their answers
+    and instance ids), configured in MECHSANDBOX_RUN_DIRS: no page of the viewer shows an answer or an instance id."""
+    import json
+    import re
+    import subprocess
+    import sys
+
+    out = tmp_path / "runs" / "test-run"
+    command = [sys.executable, "-m", "mechsandbox.cli", "eval", "--agent", "scripted", "--tasks", TASK, "--level",
+               "easy", "--split", "test", "--episodes", "2", "--out", str(out)]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    turns = [turn for path in (out / "trajectories").iterdir() for turn in json.loads(path.read_text())["turns"]]
+    # What the episodes learnt and submitted: every line an output printed, and the instance ids.
+    secrets_ = {line.strip() for turn in turns for line in (turn.get("output") or "").splitlines()
+                if len(line.strip()) > 12} | {r["instance_id"] for r in rows if r.get("instance_id")}  # fmt: skip
+    assert rows and turns and any("graded" in s for s in secrets_), "the folder holds what the viewer must not show"
+    service = Service(ServerSettings(data_dir=str(tmp_path / "db"), run_dirs=(str(tmp_path / "runs"),)))
+    try:
+        with TestClient(create_app(service)) as http:
+            index = http.get("/web/runs").text
+            assert "test-run" in index
+            page = http.get("/web/runs/dir/test-run")
+            assert page.status_code == 200 and "test answers" in page.text
+            for text in (index, page.text):
+                assert not [s for s in secrets_ if s in text]
+                assert "solution_target" not in text and not re.search(r"test-[0-9a-f]{20}", text)
+    finally:
+        service.stop()
