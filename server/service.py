@@ -539,6 +539,8 @@ class Service:
             "isolation": status["layers"],
             "isolation_active": status["active"],
             "landlock_abi": status["landlock_abi"],
+            "memory_accounting": status["memory_accounting"],
+            "worker_namespaces": status["worker_namespaces"],
             "sessions": {"http": self.http_count(), "websocket": self.ws_count(), "cap": self.settings.session_cap},
             "workers": {"warm": status["warm_workers"], "live": status["workers"], "loading": status["loads_behind"]},
             "memory_kills": status["memory_kills"],

@@ -9,7 +9,7 @@ kept 1.6 GiB of ``MAP_SHARED`` anonymous memory; SysV segments it made and detac
   charges to it every page the worker brings in: private and shared anonymous memory, tmpfs and SysV segments,
   whether mapped or not. The watchdog reads ``anon``/``rss`` plus ``shmem`` from the slot's ``memory.stat`` (page
   cache is left out: it is reclaimable, and a slot's stale cache from an earlier worker is not this worker's).
-* **Fallback** (no memory controller): ``Anonymous`` plus ``Pss_Shmem`` from ``/proc/<pid>/smaps_rollup``. Shared
+* **Fallback** (no memory controller): ``Pss_Anon`` plus ``Pss_Shmem`` from ``/proc/<pid>/smaps_rollup``. Shared
   anonymous memory counts; the sealed model file, which every worker on an instance maps, counts once across them
   (proportional share). What no process maps is not seen here, which is why seccomp refuses SysV IPC and Landlock
   refuses files in ``/dev/shm`` wherever the jail is not there.
@@ -99,13 +99,21 @@ class MemoryCgroup:
 
 
 def mapped_memory(pid: int) -> int:
-    """The fallback count: anonymous memory plus a proportional share of shared memory (``smaps_rollup``), bytes."""
-    kib = 0
+    """The fallback count: a proportional share of anonymous and of shared memory (``smaps_rollup``'s ``Pss_Anon`` and
+    ``Pss_Shmem``), in bytes; ``Anonymous`` where the kernel has no ``Pss_Anon`` (before 5.x).
+
+    Why proportional: a worker forked from the zygote shares the zygote's heap copy-on-write (about 210 MiB here), and
+    ``Anonymous`` counts all of it in every worker (217 MiB per idle worker against 10 MiB of its own), so the watchdog
+    killed idle workers past about 95 live episodes (bench/capacity.py); the proportional shares add up to the memory
+    actually in use."""
+    fields: dict[str, int] = {}
     with contextlib.suppress(OSError, ValueError, IndexError), open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
-            if line.startswith(("Anonymous:", "Pss_Shmem:")):
-                kib += int(line.split()[1])
-    return kib * 1024
+            name, _, rest = line.partition(":")
+            if name in ("Anonymous", "Pss_Anon", "Pss_Shmem"):
+                fields[name] = int(rest.split()[0])
+    anonymous = fields.get("Pss_Anon", fields.get("Anonymous", 0))
+    return (anonymous + fields.get("Pss_Shmem", 0)) * 1024
 
 
 def worker_memory(cgroup: MemoryCgroup | None, slot: int, pid: int, isolation: dict[str, str]) -> int:

@@ -703,6 +703,10 @@ class SandboxPool:
             "active": [k for k, v in layers.items() if v == "active"],
             "landlock_abi": self.isolation.get("landlock_abi"),
             "pids_cgroup": self.isolation.get("pids_cgroup"),
+            # how the watchdog counts a worker's memory (a memory cgroup per slot, or smaps), and whether each jailed
+            # worker has namespaces of its own (IPC, mount, PID): docs/SANDBOX.md, "The jail is the boundary"
+            "memory_accounting": getattr(self.zygote, "memory_accounting", "not started"),
+            "worker_namespaces": getattr(self.zygote, "worker_namespaces", "not started"),
             "warm_workers": len(self.warm),
             "workers": len(self.workers),
             "loads_behind": self.loads_behind,
