@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--url", nargs="+", help="a running server, a load balancer, or several servers (episodes are "
                    "spread over them in turn; default: start a local one)")  # fmt: skip
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--retries", type=int, default=2, help="plays again an episode the infrastructure lost, where safe "
+                   "(train always; test only before its first observation)")  # fmt: skip
     p.add_argument("--compare", nargs="*", default=[], help="other runs' output dirs, drawn as baselines "
                    "(refused unless they played the same instances)")
     p.add_argument("--force-compare", action="store_true", help="draw --compare runs even when their instances "

@@ -29,8 +29,9 @@ def play(url: str, reset: dict) -> tuple[float, int, float]:
     started = time.perf_counter()
     with MechSandboxEnv(base_url=url, message_timeout_s=300).sync() as env:
         record = play_episode(ScriptedAgent(), env, reset)
-    if record.error or record.score < 0.9:
-        raise RuntimeError(f"{reset}: the scripted episode failed ({record.error or record.score})")
+    if record.infra_error or record.error or (record.score or 0.0) < 0.9:
+        why = record.infra_error or record.error or record.score
+        raise RuntimeError(f"{reset}: the scripted episode failed ({why})")
     return (time.perf_counter() - started) * 1000, len(record.steps), record.score
 
 

@@ -76,7 +76,7 @@ def episodes_per_second(url: str, resets: list[dict], concurrency: int) -> tuple
     started = time.perf_counter()
     records = run_plan(plan, url, lambda i: ScriptedAgent(), concurrency=concurrency, progress=False)
     wall = time.perf_counter() - started
-    failed = sum(1 for r in records if r.error or r.score < 0.9)
+    failed = sum(1 for r in records if r.infra_error or r.error or (r.score or 0.0) < 0.9)
     return len(records) / wall, failed
 
 

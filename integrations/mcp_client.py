@@ -43,6 +43,8 @@ class McpError(RuntimeError):
     def at_capacity(self) -> bool:
         """The server's session cap (or this client's share of it): OpenEnv's -32000 with the cap in ``data``.
         Its other -32000 (the environment could not be built) carries no cap and is not worth waiting for."""
+        if isinstance(self.data, dict) and self.data.get("side") == "capacity":  # an infrastructure error (issue 52)
+            return True
         if self.code != SERVER_ERROR:
             return False
         if isinstance(self.data, dict):
