@@ -32,7 +32,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path
     with running_server(tmp_path_factory.mktemp("web"), MECHSANDBOX_RUN_DIRS=str(runs)) as server:
         out = runs / "scripted-dead-neurons"
         cmd = [sys.executable, "-m", "mechsandbox.cli", "eval", "--agent", "scripted", "--tasks", "dead-neurons",
-               "--level", "easy", "--episodes", "3", "--url", server.url, "--out", str(out)]  # fmt: skip
+               "--level", "easy", "--split", "train", "--episodes", "3", "--url", server.url,
+               "--out", str(out)]  # a train run: the viewer never shows a test run's episodes (issue 55)  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         yield server.url, out
