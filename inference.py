@@ -49,7 +49,8 @@ from mechsandbox.catalogue import fetch_catalogue, local_catalogue, select_tasks
 from mechsandbox.client import MechSandboxEnv
 from mechsandbox.evaluation.local_server import LocalServer
 from mechsandbox.protocol import InfrastructureError, clamp, one_line
-from mechsandbox.submission import register_run, server_scoring
+from mechsandbox.submission import _request as submission_request
+from mechsandbox.submission import http_base, register_run, server_scoring
 
 ENV_NAME = "mechsandbox"
 SUCCESS_THRESHOLD = 0.5
@@ -124,8 +125,9 @@ def counted(env: Any, split: str) -> bool:
     return False
 
 
-def run_token(env: Any, model: str) -> str | None:
-    """Register a run on a counted server (``counted``) and return its token; None when registration fails.
+def counted_run(env: Any, model: str) -> dict[str, Any] | None:
+    """Register a run on a counted server (``counted``) and return it (``run_id``, ``run_token``, ...); None when
+    registration fails.
 
     A failure is logged and play goes on: the server then refuses the resets with its own reason, which ends
     each task with an [END] line as any environment error does.
@@ -137,7 +139,26 @@ def run_token(env: Any, model: str) -> str | None:
         log(f"could not register a run: {type(exc).__name__}: {one_line(exc, 300)}")
         return None
     log(f"playing as {run['run_id']} (salt fingerprint {run['salt_fingerprint']})")
-    return str(run["run_token"])
+    return run
+
+
+def finish_counted_run(base_url: str, run_id: str, run_token: str) -> dict[str, Any]:
+    """``POST /runs/{run_id}/finish``: the run's leaderboard entry with its published aggregates."""
+    return submission_request(f"{http_base(base_url)}/runs/{run_id}/finish", {"run_token": run_token})
+
+
+def finish_run(env: Any, run: dict[str, Any]) -> None:
+    """Finish the counted run after the last episode and print its published result on standard error (standard
+    output carries only the [START]/[STEP]/[END] lines): its attempts were sealed, so each [END] showed the floor."""
+    base = env.async_client.base_url
+    try:
+        entry = finish_counted_run(base, run["run_id"], run["run_token"])
+    except (OSError, RuntimeError, ValueError, KeyError) as exc:
+        log(f"could not finish {run['run_id']}: {type(exc).__name__}: {one_line(exc, 300)}")
+        return
+    families = " ".join(f"{task}={cell['mean']:.2f}" for task, cell in sorted((entry.get("families") or {}).items()))
+    print(f"[RESULT] run={run['run_id']} overall={entry.get('overall')} ci95={entry.get('ci95')} "
+          f"precision={entry.get('precision')} {families}", file=sys.stderr, flush=True)  # fmt: skip
 
 
 def endpoint_error(agent: LLMAgent) -> str | None:
@@ -198,7 +219,8 @@ def main() -> int:
             return 1
         if llm_error:
             log(llm_error)
-        token = run_token(env, model) if is_counted else None
+        run = counted_run(env, model) if is_counted else None
+        token = run["run_token"] if run else None
         lost = 0
         for i, task_id in enumerate(tasks):
             print(f"[START] task={task_id} env={ENV_NAME} model={model}", flush=True)
@@ -238,6 +260,8 @@ def main() -> int:
             rewards = ",".join(f"{clamp(s.reward):.2f}" for s in steps) or "0.01"
             print(f"[END] success={str(score >= SUCCESS_THRESHOLD).lower()} steps={len(steps)} "
                   f"score={score:.3f} rewards={rewards}", flush=True)  # fmt: skip
+        if run is not None and env is not None:
+            finish_run(env, run)  # before the last line, which stays the count of infrastructure errors
         log(f"done in {time.monotonic() - started:.0f} s; {agent.calls} LLM calls, {agent.failures} failed; "
             f"{lost} infrastructure error{'s' if lost != 1 else ''}")  # fmt: skip
     return 0

@@ -119,7 +119,7 @@ def quantum_for(kind: str, n: int) -> float:
     """The published precision of a cell of ``n`` instances: ``QUANTA[kind]``, coarser where one answer (0.98 / n)
     would move the mean by more than a quarter of it, so a run tells two answers apart with chance below 1/4 a cell."""
     least = SPREAD * (1 - 2 * FLOOR) / max(n, 1)
-    return QUANTA[kind] if QUANTA[kind] >= least else round(math.ceil(least * 100) / 100, 2)
+    return QUANTA[kind] if QUANTA[kind] >= least else min(1.0, round(math.ceil(least * 100) / 100, 2))
 
 
 def group_key(salt_fingerprint: str, benchmark_version: str, versions: Mapping[str, str], standard_set: int) -> str:
