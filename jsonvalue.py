@@ -4,7 +4,7 @@ Why: a grader that compares live objects can be fooled (an ``__eq__`` that is al
 self-referential lists, ten million items). ``check_json_value`` accepts only exact builtin types,
 bounded in size and depth, with finite numbers and valid Unicode, and returns a fresh copy. It has
 no dependencies, so the wire models (and the client) can use it; the sandbox worker adds a hook for
-tensors and arrays (``server/sandbox/solution.py``).
+tensors and arrays (``server/sandbox/guest/solution.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ kernels and each extra OpenMP thread adds a synchronisation per kernel and littl
 worse: torch's default (one thread per core) spins threads that wait on each other while other processes hold the
 cores. A copy-head reset of the Gymnasium env took 0.90 s (median, up to 2.7 s) at the default beside four CPU hogs
 on 2 cores and 0.14 s on one thread (issue 52 measured 6.3 s against 0.21 s on a busier machine). The server's
-sandbox workers run the same models on one thread for the same reason (``server/sandbox/zygote.py``).
+sandbox workers run the same models on one thread for the same reason (``server/sandbox/guest/zygote.py``).
 
 A choice the user made is kept: ``OMP_NUM_THREADS`` or ``MKL_NUM_THREADS`` in the environment (torch read it when it
 started), or an earlier ``torch.set_num_threads`` (seen as a count other than the one torch starts with). Torch

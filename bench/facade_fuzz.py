@@ -25,7 +25,7 @@ import sys, warnings
 import torch
 warnings.filterwarnings("ignore")
 torch.set_num_threads(1)
-from mechsandbox.server.sandbox.facade import build_facades
+from mechsandbox.server.sandbox.guest.facade import build_facades
 facades = build_facades()
 calls = [(m, n, getattr(facades[m], n)) for m in sys.argv[3].split(",") for n in facades[m].member_names]
 calls = [(m, n, f) for m, n, f in calls if callable(f) and not isinstance(f, type)]

@@ -44,8 +44,8 @@ import numpy as np
 import torch
 torch.set_num_threads(1)
 from mechsandbox.arch import ARCHITECTURES, build, utils
-from mechsandbox.server.sandbox.facade import Facade, build_facades
-from mechsandbox.server.sandbox.runtime import Runtime
+from mechsandbox.server.sandbox.guest.facade import Facade, build_facades
+from mechsandbox.server.sandbox.guest.runtime import Runtime
 
 seconds, seed, progress_path, without_guards = float(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
 MARKERS = ["__gadget__", "__array_interface__", "__array__", "__dlpack__", "__class__", "_gadget"]
@@ -98,7 +98,7 @@ def note(e):
 if without_guards:  # the search's own check: issue 54's guards taken out again, as before the fix
     import re as _re
     from torch import nn
-    from mechsandbox.server.sandbox import facade, policy
+    from mechsandbox.server.sandbox.guest import facade, policy
     for owner, name in facade.NAME_GUARDED:
         setattr(owner, name, owner.__dict__[name].__wrapped__)
     rt.globals["__builtins__"].update(repr=repr, str=str, ascii=ascii, format=format, hash=hash)

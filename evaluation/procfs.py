@@ -43,9 +43,9 @@ def zygote_of(server_pid: int) -> int:
     """The sandbox zygote started by the server process ``server_pid`` (directly, or through bubblewrap)."""
     for pid in children(server_pid):
         line = cmdline(pid)
-        if b"sandbox.zygote" in line:
+        if b"sandbox.guest.zygote" in line:
             if line.split(b"\0", 1)[0].endswith(b"bwrap"):  # the jail: the zygote is bwrap's child
-                return next(child for child in children(pid) if b"sandbox.zygote" in cmdline(child))
+                return next(child for child in children(pid) if b"sandbox.guest.zygote" in cmdline(child))
             return pid
     raise LookupError(f"process {server_pid} has no sandbox zygote")
 

@@ -65,7 +65,7 @@ def server_sample(server_pid: int) -> dict[str, Any]:
     with open(f"/proc/{server_pid}/status") as f:
         rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:")) * 1024
     pids = children(server_pid, zombies=True)
-    zygotes = [p for p in pids if b"sandbox.zygote" in cmdline(p)]
+    zygotes = [p for p in pids if b"sandbox.guest.zygote" in cmdline(p)]
     for zygote in zygotes:
         pids += children(zygote, zombies=True)
     states = [fields[0] for fields in map(stat_fields, pids) if fields]

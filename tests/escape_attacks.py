@@ -117,7 +117,7 @@ def make_canary(folder: str) -> str:
 
 def attack_outcomes(pool, payload, canary: str, server: int, port: int, tag: str) -> dict[str, str]:
     """Every attack in a fresh session of ``pool`` (a ``test_unrestricted`` pool): "denied" or "escaped"."""
-    from mechsandbox.server.sandbox.pool import WorkerLost
+    from mechsandbox.server.sandbox.host.pool import WorkerLost
 
     table: dict[str, str] = {}
     try:

@@ -18,9 +18,10 @@ from pathlib import Path
 import pytest
 from helpers import cached_instance
 from mechsandbox.results.store import default_data_dir
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, jail, memory
-from mechsandbox.server.sandbox import pool as pool_module
-from mechsandbox.server.sandbox.pool import WorkerLost
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox.host import jail, memory
+from mechsandbox.server.sandbox.host import pool as pool_module
+from mechsandbox.server.sandbox.host.pool import WorkerLost
 from mechsandbox.settings import ServerSettings
 
 pytestmark = [
@@ -28,7 +29,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
 ]
 
-PACKAGE = Path(pool_module.__file__).resolve().parents[2]  # the repository root, which is the package
+PACKAGE = Path(pool_module.__file__).resolve().parents[3]  # the repository root, which is the package
 CONFIGS = {
     "all": {},
     "jail-only": {"landlock": False, "seccomp": False, "rlimits": False, "uid_drop": "off"},
@@ -292,7 +293,7 @@ def test_no_file_of_the_checkout_but_the_guest_code_can_be_read(pool, payload) -
                 except OSError:
                     return False
             result = {{p: readable(p) for p in {paths!r}}}
-            result["code"] = readable({str(PACKAGE / "server" / "sandbox" / "worker.py")!r})
+            result["code"] = readable({str(PACKAGE / "server" / "sandbox" / "guest" / "worker.py")!r})
             """,
         )
     finally:

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 import torch
-from mechsandbox.server.sandbox.facade import build_facades
-from mechsandbox.server.sandbox.runtime import Runtime
+from mechsandbox.server.sandbox.guest.facade import build_facades
+from mechsandbox.server.sandbox.guest.runtime import Runtime
 from test_sandbox_layers import reachable_callables
 
 DUNDER_KEYS = ["__audit__", "__array_interface__", "_audit"]

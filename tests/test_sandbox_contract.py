@@ -21,7 +21,7 @@ import torch
 from helpers import cached_instance, shared_pool
 from mechsandbox.arch import ARCHITECTURES, HELPERS, build, describe, helper_namespace, helpers_for
 from mechsandbox.server.sandbox import ModelPayload, RunResult, SandboxUnavailable
-from mechsandbox.server.sandbox.warmup import warm_up_payloads
+from mechsandbox.server.sandbox.guest.warmup import warm_up_payloads
 
 SANDBOX_DIR = Path(__file__).resolve().parents[1] / "server" / "sandbox"
 
@@ -35,8 +35,8 @@ for name in walked:
     importlib.import_module(name)
 warmed = []
 if sys.argv[1] == "warm":
-    from mechsandbox.server.sandbox.facade import build_facades
-    from mechsandbox.server.sandbox.warmup import WARM_UP, warm_up, warm_up_payloads
+    from mechsandbox.server.sandbox.guest.facade import build_facades
+    from mechsandbox.server.sandbox.guest.warmup import WARM_UP, warm_up, warm_up_payloads
     payloads = warm_up_payloads()
     warm_up(build_facades(), payloads, WARM_UP)
     warmed = [p.header["arch"]["class"] for p in payloads]
@@ -56,9 +56,14 @@ def probe_fresh_interpreter(mode: str) -> dict:
     return json.loads(out.stdout.splitlines()[-1])
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SANDBOX_DIR).with_suffix("").parts
+    return ".".join(("mechsandbox.server.sandbox", *(parts[:-1] if parts[-1] == "__init__" else parts)))
+
+
 def test_sandbox_modules_import_nothing_of_the_tasks_or_the_export() -> None:
     report = probe_fresh_interpreter("import")
-    on_disk = {f"mechsandbox.server.sandbox.{p.stem}" for p in SANDBOX_DIR.glob("*.py") if p.stem != "__init__"}
+    on_disk = {module_name(p) for p in SANDBOX_DIR.rglob("*.py") if p.parent != SANDBOX_DIR or p.stem != "__init__"}
     assert set(report["walked"]) == on_disk  # the walk saw every module, so the check below covers them all
     assert "mechsandbox.arch" in report["loaded"]
     assert [m for m in report["loaded"] if forbidden(m)] == []
@@ -116,3 +121,36 @@ def test_payload_names_the_helpers_and_the_worker_installs_only_those() -> None:
     forged = ModelPayload({**plain.header, "helpers": ["os"]}, plain.blob)
     with pytest.raises(SandboxUnavailable, match="unknown sandbox helpers"):
         shared_pool().open_session(forged)
+
+
+GUEST_PROBE = """
+import importlib, json, pkgutil, sys
+import mechsandbox.server.sandbox.guest as guest
+for m in pkgutil.walk_packages(guest.__path__, guest.__name__ + "."):
+    importlib.import_module(m.name)
+from mechsandbox.server.sandbox.guest.facade import build_facades
+from mechsandbox.server.sandbox.guest.warmup import WARM_UP, warm_up, warm_up_payloads
+warm_up(build_facades(), warm_up_payloads(), WARM_UP)
+print(json.dumps([(name, getattr(m, "__file__", None)) for name, m in sys.modules.items()
+                  if name.startswith("mechsandbox")]))
+"""
+
+
+def test_the_guest_side_imports_no_host_code_and_only_what_the_jail_shows() -> None:
+    """The trust boundary in the tree (issue 53): everything the zygote and its workers run lives under
+    ``server/sandbox/guest`` or in the shared modules, never under ``host/``; and every file of the package they load is
+    one the jail shows them (``code_paths.GUEST_CODE``), so the jail's copy of the code is complete."""
+    from mechsandbox.server.sandbox.code_paths import GUEST_CODE
+
+    out = subprocess.run([sys.executable, "-I", "-c", GUEST_PROBE], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.splitlines()[-1])
+    assert [name for name, _ in loaded if ".sandbox.host" in name] == []
+    package = Path(__file__).resolve().parents[1]
+    shown = [package / entry for entry in GUEST_CODE]
+    outside = [
+        name
+        for name, file in loaded
+        if file and not any(Path(file) == p or p in Path(file).parents for p in shown)
+    ]
+    assert outside == [], f"the guest loads package files the jail does not show: {outside}"

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 import pytest
 from helpers import cached_instance, wait_until
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
-from mechsandbox.server.sandbox.pool import SandboxSession, WorkerLost, soft_timeout
+from mechsandbox.server.sandbox.host.pool import SandboxSession, WorkerLost, soft_timeout
 
 CPU_LIMIT = 3.0  # seconds of CPU per snippet: small, so the tests are short
 SWALLOW = "while True:\n    try:\n        while True:\n            pass\n    except BaseException:\n        pass"

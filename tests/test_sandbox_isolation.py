@@ -21,7 +21,8 @@ import socket
 import pytest
 from escape_attacks import CONFIGS, EXPECTED, D, attack_outcomes, make_canary
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, landlock, seccomp
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox.guest import landlock, seccomp
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or landlock.abi_version() < 6 or not seccomp.available(),

@@ -22,9 +22,10 @@ from pathlib import Path
 import pytest
 from escape_attacks import survivors_of_a_killed_owner
 from helpers import cached_instance
-from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, jail
-from mechsandbox.server.sandbox import pool as pool_module
-from mechsandbox.server.sandbox.pool import SandboxUnavailable
+from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
+from mechsandbox.server.sandbox.host import jail
+from mechsandbox.server.sandbox.host import pool as pool_module
+from mechsandbox.server.sandbox.host.pool import SandboxUnavailable
 
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="the jail is checked as root (CI runs as root)"),

@@ -32,9 +32,9 @@ from mechsandbox.arch import (
     helper_namespace,
 )
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
-from mechsandbox.server.sandbox.facade import Facade, build_facades, make_import
-from mechsandbox.server.sandbox.policy import DENIED_ATTRIBUTES, OutputBuffer, make_builtins
-from mechsandbox.server.sandbox.runtime import Runtime
+from mechsandbox.server.sandbox.guest.facade import Facade, build_facades, make_import
+from mechsandbox.server.sandbox.guest.policy import DENIED_ATTRIBUTES, OutputBuffer, make_builtins
+from mechsandbox.server.sandbox.guest.runtime import Runtime
 
 #: Parameter names that mean "an attribute name", "raw memory" or "a memo keyed by addresses".
 SUSPECT = frozenset(

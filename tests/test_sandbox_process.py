@@ -16,7 +16,7 @@ import pytest
 from helpers import cached_instance, wait_until
 from mechsandbox.evaluation.procfs import cmdline, is_gone
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings, SandboxUnavailable
-from mechsandbox.server.sandbox.pool import WorkerLost
+from mechsandbox.server.sandbox.host.pool import WorkerLost
 from mechsandbox.server.sandbox.sealed import SEALS
 
 SECRET_ENV = "MECHSANDBOX_TEST_SALT"
@@ -50,7 +50,7 @@ def test_zygote_is_a_fresh_interpreter_with_a_scrubbed_environment(pool) -> None
     zygote = pool.zygote
     with open(f"/proc/{zygote.pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
-    assert b"mechsandbox.server.sandbox.zygote" in argv and b"-I" in argv
+    assert b"mechsandbox.server.sandbox.guest.zygote" in argv and b"-I" in argv
     parent = int(_status(zygote.pid)["PPid"])  # the server, or the bubblewrap that the server started
     if parent != os.getpid():
         assert cmdline(parent).split(b"\0", 1)[0].endswith(b"bwrap") and int(_status(parent)["PPid"]) == os.getpid()

@@ -17,13 +17,14 @@ from helpers import cached_instance
 from mechsandbox.server.sandbox import ModelPayload, SandboxPool, SandboxSettings
 
 PATCH_RUN = """
-from mechsandbox.server.sandbox import runtime
+from mechsandbox.server.sandbox.guest import runtime
 runtime.Runtime.run = lambda self, source, soft_timeout=None: {reply}
 result = 'patched'
 """
 
 PATCH_SEND = """
-from mechsandbox.server.sandbox import frames, worker
+from mechsandbox.server.sandbox import frames
+from mechsandbox.server.sandbox.guest import worker
 real = frames.send_frame
 calls = []
 def forged(sock, message, blob=b"", seq=None):

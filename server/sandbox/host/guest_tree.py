@@ -21,8 +21,7 @@ import os
 import shutil
 import tempfile
 
-#: What the zygote and its workers import from the package (files, or folders whose ``.py`` files are taken).
-GUEST_CODE = ("__init__.py", "settings.py", "jsonvalue.py", "arch", "server/__init__.py", "server/sandbox")
+from ..code_paths import GUEST_CODE
 
 
 def package_dir() -> str:

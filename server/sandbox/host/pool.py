@@ -35,11 +35,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ...jsonvalue import AnswerError, check_json_value
+from ....jsonvalue import AnswerError, check_json_value
+from ..frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
+from ..payload import ModelPayload
+from ..settings import KNOWN_LAYERS, SandboxSettings
 from . import guest_tree, jail, memory
-from .frames import MAX_REPLY, FrameError, MalformedFrame, recv_frame, recv_numbered, send_frame
-from .payload import ModelPayload
-from .settings import KNOWN_LAYERS, SandboxSettings
 
 log = logging.getLogger("mechsandbox.sandbox")
 
@@ -474,7 +474,7 @@ class ZygoteProcess:
                 "snippet_nice": settings.snippet_nice,
             },
         }
-        argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.zygote", json.dumps(config)]
+        argv = [sys.executable, "-I", "-m", "mechsandbox.server.sandbox.guest.zygote", json.dumps(config)]
         if bwrap is not None:
             memory_dir = memcg.root if memcg else None
             package = guest_tree.package_dir()  # the jail shows only the code workers import (guest_tree.py)

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...jsonvalue import NOT_CONVERTED, AnswerError, AnswerLimits, check_json_value
+from ....jsonvalue import NOT_CONVERTED, AnswerError, AnswerLimits, check_json_value
 
 __all__ = ["AnswerError", "AnswerLimits", "to_json_answer"]
 

@@ -45,9 +45,9 @@ import torch.optim
 import torch.special
 from torch import nn
 
-from ...arch import utils
-from ...arch.hooked import eigvals_checked
-from ...arch.tensors import is_plain_array_data
+from ....arch import utils
+from ....arch.hooked import eigvals_checked
+from ....arch.tensors import is_plain_array_data
 
 #: Members refused on purpose, with the reason shown to the agent.
 REFUSED_REASONS: dict[str, str] = {}

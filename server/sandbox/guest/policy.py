@@ -44,7 +44,7 @@ from RestrictedPython.Guards import guarded_iter_unpack_sequence, guarded_unpack
 from RestrictedPython.transformer import INSPECT_ATTRIBUTES, IOPERATOR_TO_STR, copy_locations
 from torch import nn
 
-from ...arch.tensors import is_plain_array_data
+from ....arch.tensors import is_plain_array_data
 from .facade import (
     LAYOUT_MEMBER,
     LAYOUT_REASON,

@@ -21,9 +21,9 @@ from typing import Any
 
 from torch import nn
 
-from ...arch import ARCHITECTURES, build
+from ....arch import ARCHITECTURES, build
+from ..payload import ModelPayload
 from .facade import Facade
-from .payload import ModelPayload
 from .runtime import Runtime
 
 WARM_UP = """

@@ -51,12 +51,12 @@ class HardeningConfig:
 def library_paths() -> tuple[str, ...]:
     """What a worker may still read: the interpreter, site-packages, the package's guest code, system libraries.
 
-    Of the package only the code workers import (``guest_tree.GUEST_CODE``), never the whole folder: the package is
+    Of the package only the code workers import (``code_paths.GUEST_CODE``), never the whole folder: the package is
     the repository root, and without the jail (a host with no namespaces) this rule is what keeps ``.git``, the tests
     and a results database in the working directory out of an escaped worker's reach (issue 53)."""
     import mechsandbox
 
-    from .guest_tree import GUEST_CODE
+    from ..code_paths import GUEST_CODE
 
     package = os.path.dirname(os.path.abspath(mechsandbox.__file__))
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}

@@ -22,10 +22,10 @@ import socket
 import time
 from typing import Any
 
+from ..frames import MAX_REPLY, recv_frame_fd, send_frame
+from ..payload import ModelPayload
 from .facade import Facade
-from .frames import MAX_REPLY, recv_frame_fd, send_frame
 from .hardening import HardeningConfig, harden
-from .payload import ModelPayload
 from .runtime import Runtime
 from .warmup import warm_up
 

@@ -21,7 +21,8 @@ from typing import Any
 
 import safetensors.torch
 
-from ...arch import build_with, helper_namespace, split_public_tensors
+from ....arch import build_with, helper_namespace, split_public_tensors
+from ..sealed import map_tensors
 from .facade import Facade, make_import
 from .policy import (
     REFUSED_BUILTINS,
@@ -33,7 +34,6 @@ from .policy import (
     hide_addresses,
     make_globals,
 )
-from .sealed import map_tensors
 from .solution import AnswerError, to_json_answer
 
 MAX_SOURCE = 64 * 1024

@@ -19,7 +19,7 @@ Each worker is born in a PID namespace of its own (PID 1 there, alone: ``worker_
 mount namespaces of its own right after the fork (``worker_ns.enter_private_namespaces``), so an escaped worker sees no
 other session's process, shared memory or files, and everything it made dies with it.
 
-Run as ``python -I -m mechsandbox.server.sandbox.zygote '<json config>'``.
+Run as ``python -I -m mechsandbox.server.sandbox.guest.zygote '<json config>'``.
 """
 
 from __future__ import annotations
