@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,8 @@ def _settings(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.dev:  # a development server: its fixed salt, if any, is declared public (its runs are unranked)
+        os.environ["MECHSANDBOX_PUBLIC_SALT"] = "true"
     from .server.app import main as serve
 
     serve(host=args.host, port=args.port)
@@ -151,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("serve", help="run the OpenEnv server (settings: MECHSANDBOX_* environment variables)")
     p.add_argument("--host", help="bind address (default MECHSANDBOX_HOST or 0.0.0.0)")
     p.add_argument("--port", type=int, help="port (default MECHSANDBOX_PORT, PORT or 8000)")
+    p.add_argument("--dev", action="store_true", help="a development server: a short fixed MECHSANDBOX_TEST_SALT is "
+                   "allowed, declared public (MECHSANDBOX_PUBLIC_SALT=true), and its runs are unranked")  # fmt: skip
     p.set_defaults(fn=_serve)
     p = sub.add_parser("lb-config", help="print the HAProxy configuration for replicas behind one address "
                        "(docs/DEPLOY.md)")  # fmt: skip

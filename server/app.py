@@ -272,7 +272,7 @@ def create_app(service: Service | None = None) -> FastAPI:
         if routed is not None and routed != body.get("episode_id"):
             raise EpisodeError("?episode_id= and the body's episode_id differ; send the same id in both (or only "
                                "in the body)")  # fmt: skip
-        episode = service.http_episode(body.get("episode_id"))
+        episode = service.http_episode(body.get("episode_id"), clients.current())
         if not isinstance(body.get("action"), dict):
             return error(
                 422, "action must be an object with exactly one of python_code, solution_target, solution_from"
@@ -296,7 +296,7 @@ def create_app(service: Service | None = None) -> FastAPI:
     async def state(
         episode_id: Annotated[str | None, Query(description="The episode_id returned by /reset")] = None,
     ) -> dict[str, Any]:
-        return service.http_episode(episode_id).state()
+        return service.http_episode(episode_id, clients.current()).state()
 
     @app.get(
         "/health",

@@ -421,13 +421,18 @@ class Service:
         token = secrets.token_urlsafe(16)
         return f"{self.settings.replica_id}.{token}" if self.settings.replica_id else token
 
-    def http_episode(self, episode_id: Any) -> Episode:
+    def http_episode(self, episode_id: Any, client: Client | None = None) -> Episode:
+        """The HTTP episode ``episode_id`` names, for ``client``: only the client that opened it may step or read it
+        (its API token, or its address without tokens), as only the opener may use an MCP session or resume an
+        episode; another client's id is answered exactly as an unknown one."""
         if not isinstance(episode_id, str) or not episode_id:
             raise EpisodeError("HTTP episodes need the episode_id returned by /reset (or use the WebSocket at /ws)")
         with self.lock:
             episode = self.http.get(episode_id)
-        if episode is not None:
+        if episode is not None and (client is None or episode.owner is None or episode.owner == client):
             return episode
+        if episode is not None:
+            raise UnknownEpisode("unknown or expired episode_id; call /reset to start an episode")
         tag, dot, _ = episode_id.partition(".")
         if dot and tag != self.settings.replica_id and REPLICA_ID.fullmatch(tag):
             here = f"replica {self.settings.replica_id!r}" if self.settings.replica_id else "an untagged server"
@@ -547,7 +552,8 @@ class Service:
             "zygote_restarts": status["zygote_restarts"],
             "benchmark_version": BENCHMARK_VERSION,
             "train_max_steps": self.settings.train_max_steps or "family budgets",
-            "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else "fixed",
+            "test_salt": "random (results not comparable across restarts)" if self.salt_is_random else
+            "public (runs unranked)" if self.runs.salt_is_public else "fixed",
             "salt_fingerprint": self.runs.fingerprint,
             "results_database": self.runs.backend(),
             "prefetch": self.prefetch.status(),
@@ -562,7 +568,7 @@ class Service:
             "splits": list(SPLITS),
             "test_instances_per_level": self.settings.test_instances,
             "standard_set_per_level": min(self.settings.standard_set, self.settings.test_instances),
-            "test_salt": "random" if self.salt_is_random else "fixed",
+            "test_salt": "random" if self.salt_is_random else "public" if self.runs.salt_is_public else "fixed",
             "salt_fingerprint": self.runs.fingerprint,
             "runs_required": not self.salt_is_random and not self.settings.practice,
             "tasks": [f.card() for f in families()],

@@ -290,3 +290,18 @@ def test_a_worker_lost_mid_step_charges_the_step_only_when_the_snippet_lost_it(t
         assert ("not counted" in lost["stdout_or_error"]) is server_fault
         after = step("print('x' in dir())")
         assert after["step"] == lost["step"] + 1 and after["max_steps"] == budget  # no fresh budget
+
+
+def test_an_http_episode_answers_only_the_client_that_opened_it(tmp_path) -> None:
+    """As an MCP session and a resume, an HTTP episode is its opener's: another API token's /step and /state on its id
+    read exactly as an unknown id (issue 54's rule, held on every route that names an episode)."""
+    with running_server(tmp_path, MECHSANDBOX_API_TOKENS="tok-a,tok-b") as server:
+        a = httpx.Client(base_url=server.url, headers={"Authorization": "Bearer tok-a"}, timeout=60)
+        b = httpx.Client(base_url=server.url, headers={"Authorization": "Bearer tok-b"}, timeout=60)
+        episode_id = a.post("/reset", json={"task_id": TASK, "seed": 9}).json()["episode_id"]
+        action = {"episode_id": episode_id, "action": {"python_code": "print(1)"}}
+        theirs = b.post("/step", json=action)
+        unknown = b.post("/step", json={**action, "episode_id": "A" * 22})
+        assert theirs.status_code == unknown.status_code == 404 and theirs.json() == unknown.json()
+        assert b.get("/state", params={"episode_id": episode_id}).status_code == 404
+        assert a.post("/step", json=action).json()["observation"]["step"] == 1  # the opener's steps were never spent
