@@ -7,14 +7,17 @@ worker process) exactly as an agent's snippets would, and the answer comes back 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import fcntl
 import functools
 import json
 import os
+import subprocess
+import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,3 +178,16 @@ def assert_same_instance(item: Any, want: Any) -> None:
     assert sorted(got.model.state_dict()) == sorted(weights)
     assert all(torch.equal(t, weights[k]) for k, t in got.model.state_dict().items())
     assert got.model.training == exp.model.training
+
+
+@contextlib.contextmanager
+def cpu_hogs(count: int) -> Iterator[None]:
+    """``count`` processes spinning on the CPU for as long as the block runs: what a busy machine looks like (issue
+    52's tests of what a user sees when other work shares the cores)."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()

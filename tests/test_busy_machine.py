@@ -13,33 +13,21 @@ be hogs of their own, and this test's hogs would slow them).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers import cpu_hogs
 from server_harness import running_server
 
 pytestmark = pytest.mark.alone
 
 SLOWEST = ("committee-circuit", "fact-storage", "head-roles", "induction-circuit")  # docs/PERFORMANCE.md, generation
 EPISODES = 1  # per family: 4 episodes at once, each on a seed no other run has used (a cold cache)
-
-
-@contextlib.contextmanager
-def cpu_hogs(count: int) -> Iterator[None]:
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
 
 
 def scripted_eval(url: str, out: Path, first_seed: int) -> dict:

@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
-import sys
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from helpers import wait_until
+from helpers import cpu_hogs, wait_until
 from mechsandbox.client import MechSandboxEnv
 from mechsandbox.protocol import INFRA_CODE, INFRA_RPC_CODE, InfrastructureError
 from mechsandbox.server.app import create_app
@@ -33,23 +30,11 @@ TASK = "dead-neurons"  # the cheapest family to generate
 SLOW = ("committee-circuit", "hard")  # the slowest generation (about 1 s idle, several beside CPU hogs)
 
 
-@contextlib.contextmanager
-def cpu_hogs(count: int = 2) -> Iterator[None]:
-    """``count`` processes spinning on the CPU for as long as the block runs (what a busy machine looks like)."""
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
-    try:
-        yield
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
-
-
 def test_a_first_reset_slower_than_the_never_reset_timeout_is_not_reaped(tmp_path) -> None:
     """The reaper of never-reset sessions counted from the session's creation, so a first reset still generating its
     instance past ``unreset_timeout_s`` was reaped under it and the episode's next step failed ("call reset before
     step"). Here the timeout is 1 s and the reset generates the slowest family's instance beside two CPU hogs."""
-    with running_server(tmp_path, MECHSANDBOX_UNRESET_TIMEOUT_S="1") as server, cpu_hogs():
+    with running_server(tmp_path, MECHSANDBOX_UNRESET_TIMEOUT_S="1") as server, cpu_hogs(2):
         with MechSandboxEnv(base_url=server.url, message_timeout_s=120).sync() as env:
             task, level = SLOW
             first = env.reset(task_id=task, level=level, seed=7_000_123).observation

@@ -168,6 +168,31 @@ def _own_cgroup(controller: str) -> str | None:
     return None
 
 
+def cgroup_candidates(controller: str) -> list[tuple[int, str, str]]:
+    """Where this process could make child cgroups with ``controller`` (``pids``, ``memory``): ``(version, folder,
+    path relative to the hierarchy)`` for each mounted hierarchy that has it, cgroup v2 first. Shared by the pids and
+    the memory groups of the worker slots."""
+    found = []
+    for fields in _mounts():
+        if len(fields) < 4:
+            continue
+        mount, kind, options = fields[1], fields[2], fields[3].split(",")
+        if kind == "cgroup2":
+            relative = _own_cgroup("")
+            try:
+                with open(os.path.join(mount, "cgroup.controllers")) as f:
+                    present = controller in f.read().split()
+            except OSError:
+                present = False
+            if relative is not None and present:
+                found.insert(0, (2, mount + relative.rstrip("/"), relative.rstrip("/")))
+        elif kind == "cgroup" and controller in options:
+            relative = _own_cgroup(controller)
+            if relative is not None:
+                found.append((1, mount + relative.rstrip("/"), relative.rstrip("/")))
+    return found
+
+
 class PidsCgroup:
     """The pool's pids cgroup: one child group per worker slot, each with ``pids.max``.
 
@@ -209,25 +234,7 @@ class PidsCgroup:
 
     @staticmethod
     def _candidates() -> list[tuple[int, str, str]]:
-        found = []
-        for fields in _mounts():
-            if len(fields) < 4:
-                continue
-            mount, kind, options = fields[1], fields[2], fields[3].split(",")
-            if kind == "cgroup2":
-                relative = _own_cgroup("")
-                try:
-                    with open(os.path.join(mount, "cgroup.controllers")) as f:
-                        has_pids = "pids" in f.read().split()
-                except OSError:
-                    has_pids = False
-                if relative is not None and has_pids:
-                    found.insert(0, (2, mount + relative.rstrip("/"), relative.rstrip("/")))
-            elif kind == "cgroup" and "pids" in options:
-                relative = _own_cgroup("pids")
-                if relative is not None:
-                    found.append((1, mount + relative.rstrip("/"), relative.rstrip("/")))
-        return found
+        return cgroup_candidates("pids")
 
     def prepare_slot(self, slot: int) -> None:
         if slot in self.prepared:

@@ -24,7 +24,7 @@ import contextlib
 import itertools
 import os
 
-from .jail import _mounts, _own_cgroup, _remove_tree, remove_stale
+from .jail import _remove_tree, cgroup_candidates, remove_stale
 
 _NUMBERS = itertools.count()
 STAT_KEYS = {1: ("rss", "shmem"), 2: ("anon", "shmem")}
@@ -59,25 +59,7 @@ class MemoryCgroup:
 
     @staticmethod
     def _candidates() -> list[tuple[int, str]]:
-        found = []
-        for fields in _mounts():
-            if len(fields) < 4:
-                continue
-            mount, kind, options = fields[1], fields[2], fields[3].split(",")
-            if kind == "cgroup2":
-                relative = _own_cgroup("")
-                try:
-                    with open(os.path.join(mount, "cgroup.controllers")) as f:
-                        has_memory = "memory" in f.read().split()
-                except OSError:
-                    has_memory = False
-                if relative is not None and has_memory:
-                    found.insert(0, (2, mount + relative.rstrip("/")))
-            elif kind == "cgroup" and "memory" in options:
-                relative = _own_cgroup("memory")
-                if relative is not None:
-                    found.append((1, mount + relative.rstrip("/")))
-        return found
+        return [(version, folder) for version, folder, _ in cgroup_candidates("memory")]
 
     def prepare_slot(self, slot: int) -> None:
         if slot not in self.prepared:

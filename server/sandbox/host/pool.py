@@ -161,16 +161,6 @@ def scrubbed_environment() -> dict[str, str]:
     return env
 
 
-def private_memory(pid: int) -> int:
-    """Resident minus shared pages (cheap; /proc/<pid>/statm), in bytes; 0 if the process is gone."""
-    try:
-        with open(f"/proc/{pid}/statm") as f:
-            parts = f.read().split()
-        return (int(parts[1]) - int(parts[2])) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, IndexError, ValueError):
-        return 0
-
-
 class InvalidReply(Exception):
     """A reply frame that an honest worker never sends (wrong types, sizes, keys or sequence number)."""
 
