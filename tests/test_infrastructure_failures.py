@@ -290,3 +290,27 @@ def test_an_http_episode_answers_only_the_client_that_opened_it(tmp_path) -> Non
         assert theirs.status_code == unknown.status_code == 404 and theirs.json() == unknown.json()
         assert b.get("/state", params={"episode_id": episode_id}).status_code == 404
         assert a.post("/step", json=action).json()["observation"]["step"] == 1  # the opener's steps were never spent
+
+
+def test_the_run_viewer_names_episodes_lost_to_the_infrastructure(tmp_path) -> None:
+    """A run folder with an episode the infrastructure lost: its page says so at the top, the episode's outcome is
+    "infrastructure" (with the side's message, a filter option of its own), never "unsolved" with no score."""
+    from mechsandbox.evaluation.report import summarise
+    from mechsandbox.evaluation.rundir import RunDir
+    from mechsandbox.web.pages import run_page
+
+    lost = {"side": "connection", "message": "infrastructure error (connection): the server went away", "started": True}
+    rows = [
+        {"task_id": TASK, "level": "easy", "split": "train", "instance_id": "train-a", "score": 0.99, "steps": 3},
+        {"task_id": TASK, "level": "easy", "split": "train", "instance_id": "train-b", "score": None, "steps": 1,
+         "infra_error": lost},
+    ]
+    folder = tmp_path / "run"
+    (folder / "trajectories").mkdir(parents=True)
+    for k, row in enumerate(rows):
+        (folder / "trajectories" / f"{k:04d}.json").write_text(json.dumps({**row, "turns": []}))
+    summary = summarise(rows, {"split": "train", "agent": "scripted"})
+    page = run_page(RunDir(folder, summary, rows))
+    assert "1 infrastructure error (connection 1)" in page and "graded episodes" in page
+    assert 'data-outcome="infrastructure"' in page and "the server went away" in page
+    assert '<option value="infrastructure">' in page

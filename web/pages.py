@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..evaluation.figures import NAMES, SOLVED_SCORE, draw, run_levels, svg_text
-from ..evaluation.report import interval_text
+from ..evaluation.report import infrastructure_line, interval_text
 from ..evaluation.rundir import RunDir, read_inside
 from ..tasks import LEVELS
 
@@ -125,6 +125,8 @@ def _json(value: Any) -> str:
 
 
 def _outcome(episode: Mapping[str, Any]) -> str:
+    if episode.get("infra_error"):  # lost to the infrastructure: no score, in no mean (docs/CONTRACT.md)
+        return "infrastructure"
     if episode.get("error"):
         return "error"
     score = episode.get("score")
@@ -151,13 +153,15 @@ def trajectories_section(run: RunDir) -> str:
                          f'&middot; reward {esc(turn.get("reward"))}</span><pre>{esc(text)}</pre>'
                          + (f'<pre class="output">{esc(turn.get("output"))}</pre>' if turn.get("output") else "")
                          + f"{error}</div>")  # fmt: skip
-        failure = f' &middot; <span class="error">{esc(episode["error"])}</span>' if episode.get("error") else ""
+        lost = episode.get("infra_error")
+        why = (lost.get("message") if isinstance(lost, Mapping) else lost) or episode.get("error")
+        failure = f' &middot; <span class="error">{esc(why)}</span>' if why else ""
         items.append(f'<details class="episode" data-family="{esc(family)}" data-level="{esc(level)}" '
                      f'data-outcome="{outcome}"><summary>#{number} {esc(family)} / {esc(level)} &middot; '
                      f'{esc(episode.get("instance_id", ""))} &middot; score <b>{esc(episode.get("score"))}</b> '
                      f'&middot; {esc(episode.get("steps", len(turns)))} steps &middot; {outcome}{failure}</summary>'
                      f'{"".join(turns)}</details>')  # fmt: skip
-    outcomes = ["solved", "unsolved", "error"]
+    outcomes = ["solved", "unsolved", "error", "infrastructure"]
     selects = [_select("family", families), _select("level", levels), _select("outcome", outcomes)]
     filters = f'<div class="row">{"".join(selects)}<span class="muted" id="shown"></span></div>'
     note = f'<p class="muted">unreadable trajectory files: {esc(", ".join(unreadable))}</p>' if unreadable else ""
@@ -196,7 +200,9 @@ def run_page(run: RunDir, baselines: Mapping[str, Mapping[str, Any]] | None = No
     # run's answers to everyone who plays the same salt (issue 55).
     episodes = (trajectories_section(run) if summary.get("run", {}).get("split") != "test" else
                 '<h2>Episodes</h2><p class="muted">not shown: a test-split run\'s episodes hold test answers</p>')
-    body = (_run_header(summary, run.name) + "<h2>Scores</h2>" + summary_table(summary)
+    lost = infrastructure_line(summary)
+    warning = f'<p class="error"><b>{esc(lost)}</b></p>' if lost else ""
+    body = (_run_header(summary, run.name) + warning + "<h2>Scores</h2>" + summary_table(summary)
             + f'<h2>Figures</h2><div class="figure">{images}</div>' + episodes)  # fmt: skip
     return shell(f"MechSandbox run: {run.name}", body, scripts=("runs.js",), inline=inline)
 
