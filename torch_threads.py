@@ -12,6 +12,11 @@ started), or an earlier ``torch.set_num_threads`` (seen as a count other than th
 starts with one thread per physical core, so a ``set_num_threads`` to exactly that count cannot be told from the
 default and is replaced; the environment variable is the sure way to ask for it.
 
+One exception to keeping the user's count: in a forked child (Gymnasium's ``AsyncVectorEnv`` forks its workers) the
+first call sets one thread whatever the count. The parent's OpenMP threads do not come along in a fork, and
+libgomp's first parallel region in the child waits for them forever: the workers hung at their first reset when the
+parent had run torch on 2 threads (``OMP_NUM_THREADS=2``).
+
 Used by ``mechsandbox.gym`` (each env's construction), the examples (their first step) and meant for the server's
 start, so that every process that runs the models follows the same rule.
 """
@@ -50,6 +55,16 @@ def torch_default_counts() -> set[int]:
 
 
 _configured = False  # the first call in this process decided; later calls keep whatever is in force
+_forked = False  # this process is a fork of one that imported this module: its first call sets one thread
+
+
+def _after_fork_in_child() -> None:
+    global _configured, _forked
+    _configured, _forked = False, True  # no torch call here: the hook runs on every os.fork of the process
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def user_chose_threads() -> bool:
@@ -63,10 +78,12 @@ def configure_torch_threads(threads: int = DEFAULT_THREADS) -> int:
     """Set torch's intra-op threads to ``threads`` unless the user chose a count (see the module docstring); return
     the count now in force. Only the first call in a process sets anything: a later one (every env construction
     calls it) keeps what is in force, so a ``set_num_threads`` the user made after the first env stays."""
-    global _configured
+    global _configured, _forked
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
-    if not _configured and not user_chose_threads():
+    if _forked and not _configured:
+        torch.set_num_threads(1)  # the parent's OpenMP threads are not here (module docstring)
+    elif not _configured and not user_chose_threads():
         torch.set_num_threads(threads)
-    _configured = True
+    _configured, _forked = True, False
     return torch.get_num_threads()

@@ -15,7 +15,7 @@ import pytest
 from mechsandbox.torch_threads import THREAD_VARIABLES, torch_default_counts
 
 ROOT = Path(__file__).resolve().parents[1]
-BACKSTOP_S = 240  # generous: a fresh interpreter imports torch and the families in seconds, more on a busy machine
+BACKSTOP_S = 180  # generous: a fresh interpreter imports torch and the families in seconds, more on a busy machine
 
 
 def bare_environment(**extra: str) -> dict[str, str]:
@@ -58,6 +58,28 @@ def test_the_gym_env_keeps_the_users_environment_variable_and_set_num_threads() 
     assert start == first == 2
     start, first, _ = map(int, run_python(MAKE.format(before="torch.set_num_threads(3)")))
     assert start == first == 3
+
+
+ASYNC = """
+import numpy as np, torch, gymnasium
+from mechsandbox.gym import HeadDiscoveryEnv
+env = HeadDiscoveryEnv(tasks=["copy-head"], budget=4)
+_, info = env.reset(seed=1)
+env.step(int(np.flatnonzero(info["action_mask"])[0]))  # parallel regions on the user's 2 threads
+envs = gymnasium.vector.AsyncVectorEnv([lambda: HeadDiscoveryEnv(tasks=["copy-head"], flatten=True)] * 2)
+envs.reset(seed=[0, 1])
+envs.step(np.array([0, 1]))
+envs.close()
+print(torch.get_num_threads())
+"""
+
+
+@pytest.mark.skipif(2 not in torch_default_counts(), reason="needs a machine where torch starts with 2 threads")
+def test_forked_vector_env_workers_run_even_when_the_parent_used_two_threads() -> None:
+    """AsyncVectorEnv forks its workers; with the parent's OpenMP team left behind, a worker on 2 threads hung in
+    its first parallel region (libgomp waits for threads the fork did not copy). The workers run on one thread; the
+    parent keeps the user's 2."""
+    assert run_python(ASYNC, OMP_NUM_THREADS="2") == ["2"]
 
 
 def first_lines(command: list[str], n: int) -> list[str]:
