@@ -123,6 +123,13 @@ def _leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    """The episode tools over stdio, relayed to a server's /mcp (integrations/mcp_stdio.py); imports no torch."""
+    from .integrations.mcp_stdio import main as relay
+
+    return relay(args.url, args.token)
+
+
 def _board_from_database(url: str) -> dict:
     from . import BENCHMARK_VERSION
     from .results import ResultStore, leaderboard
@@ -197,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     where.add_argument("--db", help="a results database URL instead (sqlite:///path or postgresql://...)")
     p.add_argument("--json", action="store_true", help="print the JSON of GET /leaderboard")
     p.set_defaults(fn=_leaderboard)
+    p = sub.add_parser("mcp", help="serve the episode tools over stdio (MCP) for desktop and IDE clients, relayed to "
+                       "a server's /mcp")  # fmt: skip
+    p.add_argument("--url", default=os.environ.get("MECHSANDBOX_URL"), required="MECHSANDBOX_URL" not in os.environ,
+                   help="the server, e.g. http://localhost:8000 (default $MECHSANDBOX_URL)")  # fmt: skip
+    p.add_argument("--token", default=os.environ.get("MECHSANDBOX_API_TOKEN"),
+                   help="its bearer token, where it requires one (default $MECHSANDBOX_API_TOKEN)")  # fmt: skip
+    p.set_defaults(fn=_mcp)
     args, _ = parser.parse_known_args(argv)
     return int(args.fn(args))
 

@@ -10,8 +10,9 @@ result with ``isError: true`` and one line of text, which the model sees. OpenEn
 (``openenv/session/create`` / ``close``) still go to its handler, so sessions, the shared session cap, the
 per-client quota and the idle reapers are the WebSocket path's.
 
-A ``tools/call`` names its session (``params.session_id``): a call without one would run on a throwaway
-environment outside the session cap, so it is refused. Calls of one session run one at a time on that session's
+A ``tools/call`` names its session (``params.session_id``, or the ``Mcp-Session-Id`` header of MCP's streamable HTTP
+transport, ``server/mcp_http.py``): a call without one would run on a throwaway environment outside the session cap,
+so it is refused. Calls of one session run one at a time on that session's
 executor thread (the sandbox blocks), as OpenEnv runs a WebSocket session's steps.
 
 A session belongs to the client that opened it (``clients.py``: its bearer token when several are configured, else
@@ -37,7 +38,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.routing import BaseRoute, Route
 
-from .. import BENCHMARK_VERSION
 from ..protocol import INFRA_CODE, INFRA_RPC_CODE, infra_message, one_line
 from . import clients
 from .tools import EpisodeTools, ToolError, ToolInfraError, ToolResult
@@ -45,10 +45,11 @@ from .tools import EpisodeTools, ToolError, ToolInfraError, ToolResult
 log = logging.getLogger("mechsandbox.server")
 
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = -32700, -32600, -32601, -32602, -32603
-PROTOCOL_VERSION = "2025-06-18"  # the MCP revision whose message shapes this route follows
 SESSION_METHODS = ("openenv/session/create", "openenv/session/close")
 MAX_MESSAGE = 500  # characters of an error message (a forwarded one may echo a client's huge value)
 ENVELOPE = {"jsonrpc", "id", "method", "params"}
+NO_SESSION = ("params.session_id is required: open one with openenv/session/create (or initialize over MCP's "
+              "streamable HTTP transport, whose Mcp-Session-Id header names it)")  # fmt: skip
 RESULT_FIELDS = ("task_id", "level", "split", "step", "max_steps", "done", "truncated", "score")
 
 Endpoint = Callable[[Request], Awaitable[Any]]
@@ -105,8 +106,11 @@ class McpRoute:
     """Our POST /mcp; ``forward`` is OpenEnv's POST /mcp endpoint, set once OpenEnv's routes exist."""
 
     def __init__(self, server: Any):
+        from .mcp_http import StreamableHttp  # here, not at the top: the transport builds its answers with this module
+
         self.server = server  # SharedCapServer: its session table and executors
         self.forward: Endpoint | None = None
+        self.transport = StreamableHttp(self)
 
     def capture(self, dropped: list[BaseRoute]) -> None:
         """Keep OpenEnv's POST /mcp (shadowed by ours, so ``drop_shadowed_routes`` took it out) to forward to."""
@@ -124,9 +128,12 @@ class McpRoute:
             summary="MCP JSON-RPC over HTTP: tools/list, tools/call (the episode tools) and OpenEnv's session methods",
         )
         async def mcp(request: Request) -> Response:
-            return await self.handle(request)
+            return await self.transport.post(request)
 
-    async def handle(self, request: Request) -> Response:
+        self.transport.register(app)
+
+    async def handle(self, request: Request, session: str | None = None) -> Response:
+        """One JSON-RPC message; ``session`` is the MCP session the transport's header named (already checked)."""
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type != "application/json":  # also keeps browsers' cross-origin "simple requests" out
             return rpc_error(None, INVALID_REQUEST, "invalid request: send it as content-type application/json")
@@ -150,14 +157,13 @@ class McpRoute:
         if method in SESSION_METHODS:
             return await self.session_method(request, message, params)
         if method == "initialize":
-            return rpc_result(rid, {"protocolVersion": PROTOCOL_VERSION, "capabilities": {"tools": {}},
-                                    "serverInfo": {"name": "mechsandbox", "version": BENCHMARK_VERSION}})  # fmt: skip
+            return await self.transport.initialize(request, rid, params, session)
         if method == "ping":
             return rpc_result(rid, {})
         if method == "tools/list":
             return rpc_result(rid, {"tools": EpisodeTools.specs()})
         if method == "tools/call":
-            return await self.call(rid, params)
+            return await self.call(rid, params, session)
         known = ", ".join(("initialize", "ping", "tools/list", "tools/call", *SESSION_METHODS))
         return rpc_error(rid, METHOD_NOT_FOUND, f"method not found: {method!r} (this endpoint answers {known})")
 
@@ -195,13 +201,15 @@ class McpRoute:
             return None
         return env
 
-    async def call(self, rid: Any, params: dict[str, Any]) -> Response:
-        name, session_id = params.get("name"), params.get("session_id")
+    async def call(self, rid: Any, params: dict[str, Any], session: str | None = None) -> Response:
+        name, session_id = params.get("name"), params.get("session_id", session)
         if not isinstance(name, str) or name not in EpisodeTools.MODELS:
             tools = ", ".join(EpisodeTools.MODELS)
             return rpc_error(rid, INVALID_PARAMS, f"unknown tool {name!r}; the tools are {tools}")
+        if session is not None and session_id != session:
+            return rpc_error(rid, INVALID_PARAMS, "params.session_id and the Mcp-Session-Id header differ; send one")
         if not isinstance(session_id, str) or not session_id:
-            return rpc_error(rid, INVALID_PARAMS, "params.session_id is required: open one with openenv/session/create")
+            return rpc_error(rid, INVALID_PARAMS, NO_SESSION)
         env = self.owned(session_id)
         executor = self.server._session_executors.get(session_id)
         if env is None or executor is None:
