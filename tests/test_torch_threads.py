@@ -5,8 +5,10 @@ subprocesses), since torch reads them once, at its start."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import selectors
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,10 +27,17 @@ def bare_environment(**extra: str) -> dict[str, str]:
 
 
 def run_python(code: str, **extra: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=BACKSTOP_S,
-                          env=bare_environment(**extra))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return done.stdout.split()
+    """``code``'s printed words. In a session of its own, so that a hang ends with every process it forked."""
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=bare_environment(**extra), start_new_session=True)  # fmt: skip
+    try:
+        out, err = process.communicate(timeout=BACKSTOP_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+    assert process.returncode == 0, err[-3000:]
+    return out.split()
 
 
 MAKE = """
