@@ -96,6 +96,11 @@ class MechSandboxObservation(Observation):
         "instance (false: a later attempt or practice, shown the floor); null when no run is involved",
     )
     run_id: str | None = Field(default=None, description="The run this test episode plays for, if any")
+    sealed: bool = Field(
+        default=False,
+        description="A counted attempt on a fixed-salt server: its score shows only in its run's published result "
+        "(POST /runs/{run_id}/finish); the reward here is the floor",
+    )
     resume_token: str | None = Field(
         default=None,
         description="Reset only: the capability to resume this episode after a dropped connection (reset with "
@@ -118,3 +123,4 @@ class MechSandboxState(State):
     family_version: str | None = None
     counted: bool | None = None
     run_id: str | None = None
+    sealed: bool = False

@@ -93,6 +93,7 @@ class EpisodeRecord:
     seconds: float = 0.0
     error: str | None = None  # the agent's or client's own failure (still scored: the floor)
     infra_error: dict[str, Any] | None = None  # {"side", "message", "started"}: lost by the infrastructure, no score
+    sealed: bool = False  # a sealed counted attempt (issue 55): its score shows only in the run's published result
     attempts: int = 1  # how many times a harness played it (a retried infrastructure failure counts once)
 
     @property
@@ -102,7 +103,7 @@ class EpisodeRecord:
     @property
     def graded(self) -> bool:
         """Whether the episode has a score that belongs in a mean (it was not lost by the infrastructure)."""
-        return self.infra_error is None
+        return self.infra_error is None and not self.sealed
 
     def lost_to(self, failure: InfrastructureError) -> EpisodeRecord:
         """Mark the record as lost by the infrastructure: no score, the failure's side and message kept."""
@@ -123,6 +124,7 @@ class EpisodeRecord:
             "seconds": round(self.seconds, 3),
             "error": self.error,
             "infra_error": self.infra_error,
+            "sealed": self.sealed,
             "attempts": self.attempts,
         }
 
@@ -206,4 +208,6 @@ def _play(agent: Agent, env: Any, reset: dict[str, Any], record: EpisodeRecord, 
         if on_step:
             on_step(log)
         if done:
-            record.score = float(obs.get("score") or result.reward or 0.01)
+            record.sealed = bool(obs.get("sealed"))
+            # a sealed attempt has no score here: the server keeps it for the run's published result (issue 55)
+            record.score = None if record.sealed else float(obs.get("score") or result.reward or 0.01)

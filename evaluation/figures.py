@@ -135,7 +135,7 @@ def steps_figure(summary: Mapping[str, Any], rows: Iterable[Mapping[str, Any]]) 
     solved: dict[str, list[int]] = {f: [] for f in families}
     total = dict.fromkeys(families, 0)
     for row in rows:
-        if row["task_id"] in total and not row.get("infra_error"):  # a lost episode was neither solved nor not
+        if row["task_id"] in total and row.get("score") is not None:  # lost or sealed: neither solved nor not
             total[row["task_id"]] += 1
             if row["score"] >= SOLVED_SCORE:
                 solved[row["task_id"]].append(int(row["steps"]))

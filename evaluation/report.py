@@ -36,6 +36,21 @@ def stats(scores: list[float], steps: list[int]) -> dict[str, Any]:
             "mean_steps": round(statistics.fmean(steps), 2) if steps else 0.0}  # fmt: skip
 
 
+def sealed_line(summary: dict[str, Any]) -> str:
+    """The line that says a run's counted attempts were sealed, with the run's published result when it has one."""
+    count = summary.get("sealed_episodes", 0)
+    if not count:
+        return ""
+    published = (summary.get("run") or {}).get("published") or {}
+    result = ""
+    if published.get("overall") is not None:
+        result = f"; the run's published result: overall {published['overall']}"
+        if published.get("ci95"):
+            result += f" {list(published['ci95'])}"
+    return (f"{count} sealed counted attempt{'s' if count != 1 else ''}: scored by the server, shown only in the run's "
+            f"published result, so they are in no mean here{result}")
+
+
 def interval_text(entry: dict[str, Any]) -> str:
     """``0.990 [0.935, 1.000]``: how the table, the CLI and the pages print a mean with its interval."""
     low, high = entry["interval95"]
@@ -45,6 +60,12 @@ def interval_text(entry: dict[str, Any]) -> str:
 def is_infra(row: dict[str, Any]) -> bool:
     """Whether a results row is an episode the infrastructure lost (no score; in no mean)."""
     return bool(row.get("infra_error"))
+
+
+def has_score(row: dict[str, Any]) -> bool:
+    """Whether a results row belongs in a mean: not lost to the infrastructure, not a sealed counted attempt (its score
+    shows only in the run's published result, ``run.published``)."""
+    return not is_infra(row) and not row.get("sealed")
 
 
 def infrastructure_counts(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -71,7 +92,7 @@ def infrastructure_line(summary: dict[str, Any]) -> str:
 
 def summarise(rows: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]:
     by_task: dict[str, list[dict]] = defaultdict(list)
-    graded = [row for row in rows if not is_infra(row)]
+    graded = [row for row in rows if has_score(row)]
     for row in graded:
         by_task[row["task_id"]].append(row)
     tasks = {}
@@ -87,7 +108,8 @@ def summarise(rows: list[dict[str, Any]], run: dict[str, Any]) -> dict[str, Any]
         tasks[task_id] = entry
     overall = stats([r["score"] for r in graded], [r["steps"] for r in graded])
     keys = ("mean_score", "interval95", "ci95", "episodes", "solved")
-    return {"tasks": tasks, "overall": {k: overall[k] for k in keys}, **infrastructure_counts(rows), "run": run}
+    return {"tasks": tasks, "overall": {k: overall[k] for k in keys}, **infrastructure_counts(rows),
+            "sealed_episodes": sum(1 for row in rows if row.get("sealed") and not is_infra(row)), "run": run}
 
 
 def markdown(summary: dict[str, Any]) -> str:
@@ -97,6 +119,7 @@ def markdown(summary: dict[str, Any]) -> str:
         f"# MechSandbox results: {run.get('agent')}" + (f" ({run['model']})" if run.get("model") else ""),
         "",
         *([f"**{infrastructure_line(summary)}**", ""] if infrastructure_line(summary) else []),
+        *([f"{sealed_line(summary)}", ""] if sealed_line(summary) else []),
         f"benchmark {run.get('benchmark_version')} · split {run.get('split')} · commit {run.get('git_commit', '')[:10]}"
         f" · prompt {run.get('prompt_version') or '-'} · temperature {run.get('temperature', '-')}",
         "",

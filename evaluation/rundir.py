@@ -165,6 +165,8 @@ def _valid_row(row: dict[str, Any]) -> bool:
     lost = row.get("infra_error")
     if lost is not None:  # lost to the infrastructure: no score, and the side that failed named
         numeric = score is None and isinstance(lost, dict) and isinstance(lost.get("side"), str)
+    elif row.get("sealed") is True:  # a sealed counted attempt: its score is the run's published result's
+        numeric = score is None
     counted = isinstance(steps, int) and not isinstance(steps, bool) and steps >= 0
     return numeric and counted and isinstance(row["task_id"], str) and isinstance(row["level"], str)
 

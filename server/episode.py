@@ -134,6 +134,7 @@ class Episode:
             "truncated": self.truncated,
             "score": self.score,
             "counted": self.scoring.counted,
+            "sealed": self.scoring.mode == "counted" and self.scoring.sealed,
             "run_id": self.scoring.run_id,
         }
 
@@ -333,6 +334,7 @@ class Episode:
             "score": self.score,
             "family_version": self.family.family_version,
             "counted": self.scoring.counted,
+            "sealed": self.scoring.mode == "counted" and self.scoring.sealed,
             "run_id": self.scoring.run_id,
         }
 

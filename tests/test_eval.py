@@ -45,7 +45,11 @@ def counted(tmp_path_factory) -> Iterator[tuple[RunningServer, dict]]:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         assert done.returncode == 0, done.stderr[-2000:]
         assert "finished: published overall" in done.stderr
-        yield s, json.loads((path / "summary.json").read_text())["run"]
+        summary = json.loads((path / "summary.json").read_text())
+        # sealed attempts have no score here: in no mean, counted apart, the run's published result said instead
+        assert summary["sealed_episodes"] == 8 and summary["overall"]["episodes"] == 0
+        assert "8 sealed counted attempts" in (path / "summary.md").read_text()
+        yield s, summary["run"]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +77,9 @@ def test_output_files_have_the_documented_shapes(runs) -> None:
     trajectory = json.loads(next((path / "trajectories").glob("*.json")).read_text())
     assert trajectory["turns"] and {"action", "reward", "output"} <= set(trajectory["turns"][0])
     summary = json.loads((path / "summary.json").read_text())
-    assert set(summary) == {"tasks", "overall", "run", *INFRA_KEYS} and summary["infrastructure_errors"] == 0
+    assert set(summary) == {"tasks", "overall", "run", "sealed_episodes", *INFRA_KEYS}
+    assert summary["infrastructure_errors"] == 0
+    assert summary["sealed_episodes"] == 0  # a random-salt server seals nothing
     task = summary["tasks"]["fourier-frequencies"]
     assert set(task) >= {"mean_score", "interval95", "ci95", "episodes", "solved", "mean_steps", "levels", "family_version"}  # noqa: E501
     assert set(task["levels"]) == {"easy", "hard"} and task["levels"]["hard"]["episodes"] == 3
