@@ -25,6 +25,7 @@ from .. import BENCHMARK_VERSION
 from ..results import RunInfo
 from ..settings import REPLICA_ID
 from ..tasks import LEVELS, families, get_family
+from ..torch_threads import configure_torch_threads
 from .clients import LOCAL, Client
 from .episode import Episode, EpisodeError, InfraFailure, ServiceUnavailable
 from .generator_pool import GeneratorPool
@@ -86,6 +87,10 @@ class MisdirectedEpisode(EpisodeError):
 
 class Service:
     def __init__(self, settings: ServerSettings | None = None, sandbox: SandboxSettings | None = None):
+        # One intra-op torch thread unless the operator chose (OMP_NUM_THREADS): on a busy machine torch's default of
+        # a thread per core spins against everything else (a copy-head generation 0.90 s against 0.14 s beside CPU
+        # hogs, docs/PERFORMANCE.md); the generator children read the count from here. Gym and the examples do the same.
+        configure_torch_threads()
         self.settings = settings or ServerSettings.from_env()
         self.sandbox_settings = sandbox or SandboxSettings.from_env()
         self.pool = SandboxPool(self.sandbox_settings)
