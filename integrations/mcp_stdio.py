@@ -102,8 +102,8 @@ class Relay:
             text = infra_message("connection", f"{type(exc).__name__} reaching {self.endpoint}: {exc}")
             return self.write(error(rid, INFRA_RPC_CODE, text, {"code": INFRA_CODE, "side": "connection"}))
         for answer in self.answers(response, rid):
-            if is_request:
-                self.write(answer)
+            if is_request:  # a transport refusal (a 400, a 404 left) names no id: it answers this request
+                self.write({**answer, "id": rid} if answer.get("id") is None else answer)
 
     def answers(self, response: httpx.Response, rid: Any) -> list[dict[str, Any]]:
         """The JSON-RPC answers in ``response``; an HTTP refusal without one (a wrong token, a proxy's page) as one."""

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -47,6 +48,21 @@ def run(play: Callable[[], Awaitable[Any]]) -> Any:
     return asyncio.run(asyncio.wait_for(play(), LIMIT_S))
 
 
+def live_sessions(server: Any) -> int:
+    """OpenEnv sessions the server holds (MCP sessions are among them), from /health."""
+    return httpx.get(f"{server.url}/health", timeout=30).json()["sessions"]["websocket"]
+
+
+def released(server: Any, before: int) -> bool:
+    """The client's exit closed its session: the count is back to ``before`` (within seconds: the close may still be
+    on its way when the client's context has exited)."""
+    for _ in range(40):
+        if live_sessions(server) == before:
+            return True
+        time.sleep(0.25)
+    return False
+
+
 def text(result: Any) -> str:
     return result.content[0].text
 
@@ -77,8 +93,10 @@ def test_the_sdk_plays_an_episode_over_streamable_http(server) -> None:
             assert session_id()  # the session the server named in its header
             return state
 
+    before = live_sessions(server)
     state = run(play)
     assert state["done"] and state["score"] == pytest.approx(0.99)
+    assert released(server, before)  # the SDK's DELETE on exit
 
 
 def test_the_sdk_plays_an_episode_over_stdio(server) -> None:
@@ -91,8 +109,33 @@ def test_the_sdk_plays_an_episode_over_stdio(server) -> None:
         async with stdio_client(command) as (read, write), ClientSession(read, write) as session:
             return await play_episode(session)
 
+    before = live_sessions(server)
     state = run(play)
     assert state["done"] and state["score"] == pytest.approx(0.99)
+    assert released(server, before)  # the relay closed its session when stdin closed
+
+
+def test_the_relay_opens_a_new_session_when_the_server_reaped_its_own(tmp_path) -> None:
+    """A desktop client connects long before its first episode: the server reaps the unused session (after
+    ``unreset_timeout_s``) and the relay opens another for the next call, which then works."""
+    with running_server(tmp_path, MECHSANDBOX_UNRESET_TIMEOUT_S="1") as quick:
+        command = StdioServerParameters(
+            command=sys.executable, args=["-m", "mechsandbox.cli", "mcp", "--url", quick.url]
+        )
+
+        async def play() -> str:
+            async with stdio_client(command) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                for _ in range(80):  # the reaper looks every unreset_timeout_s / 6
+                    if live_sessions(quick) == 0:
+                        break
+                    await asyncio.sleep(0.25)
+                assert live_sessions(quick) == 0, "the unused session was not reaped"
+                started = await session.call_tool("start_episode", {"task_id": "dead-neurons", "seed": SEED})
+                assert not started.isError
+                return text(await session.call_tool("run_python", {"code": "print(40 + 2)"}))
+
+        assert run(play).startswith("42")
 
 
 def test_another_client_cannot_use_the_session(server) -> None:
