@@ -94,7 +94,7 @@ class Relay:
             response = await self.post(message)
             if response.status_code == 404 and sent_in and self.hello is not None:
                 async with self.reopening:  # one new session, however many calls found the old one gone
-                    reopened = await self.initialize(self.hello) if self.session == sent_in else None
+                    reopened = await self.initialize(self.hello, reopen=True) if self.session == sent_in else None
                 if reopened is not None and "error" in reopened:
                     return self.write({**reopened, "id": rid}) if is_request else None
                 response = await self.post(message)
@@ -102,13 +102,14 @@ class Relay:
             text = infra_message("connection", f"{type(exc).__name__} reaching {self.endpoint}: {exc}")
             return self.write(error(rid, INFRA_RPC_CODE, text, {"code": INFRA_CODE, "side": "connection"}))
         for answer in self.answers(response, rid):
-            if is_request:  # a transport refusal (a 400, a 404 left) names no id: it answers this request
+            if is_request or not isinstance(message, dict):  # a notification's answer is none; junk's is its error
+                # a transport refusal (a 400, a 404 left) names no id: it answers this request
                 self.write({**answer, "id": rid} if answer.get("id") is None else answer)
 
     def answers(self, response: httpx.Response, rid: Any) -> list[dict[str, Any]]:
         """The JSON-RPC answers in ``response``; an HTTP refusal without one (a wrong token, a proxy's page) as one."""
         try:
-            found = messages_of(response)
+            found = [answer for answer in messages_of(response) if isinstance(answer, dict)]
         except ValueError:
             found = []
         if found or response.status_code in (200, 202):
@@ -116,9 +117,10 @@ class Relay:
         text = one_line(response.text)[:300] or response.reason_phrase
         return [error(rid, INTERNAL_ERROR, f"the server answered HTTP {response.status_code}: {text}")]
 
-    async def initialize(self, message: dict[str, Any]) -> dict[str, Any]:
-        """Open the server-side session (the first, or a new one after a reap) and return the server's answer."""
-        if self.session:
+    async def initialize(self, message: dict[str, Any], reopen: bool = False) -> dict[str, Any]:
+        """Open the server-side session (the client's ``initialize``, or the same again after the server reaped the
+        session: then the relay also sends the ``initialized`` notice the client sent once) and return the answer."""
+        if reopen:
             note("the server closed the session (reaped when idle, or restarted); opening a new one")
         self.session = None
         response = await self.post(message)
@@ -128,7 +130,8 @@ class Relay:
             self.hello = message
             self.session = response.headers.get(SESSION_HEADER)
             self.version = answer["result"].get("protocolVersion")
-            await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+            if reopen:
+                await self.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
         return answer
 
     async def close(self) -> None:
