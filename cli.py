@@ -1,5 +1,5 @@
 """The ``mechsandbox`` command: ``serve``, ``tasks [--json|--markdown]``, ``gen-art [--check]``,
-``settings [--markdown]``, ``eval`` and ``leaderboard``."""
+``settings [--markdown]``, ``eval``, ``leaderboard`` and ``mcp`` (the episode tools over stdio)."""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@ makes the server answer 5xx."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,5 +20,8 @@ def test_no_generated_request_causes_a_5xx(tmp_path) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         health = server.http().get("/health").status_code
     assert done.returncode == 0, done.stdout[-4000:]
-    assert "passed" in done.stdout and "failed" not in done.stdout.split("SUMMARY")[-1].lower()
+    summary = done.stdout.split("SUMMARY")[-1].lower()
+    # no failed check ("N failed"); a warning that names a route no fuzzed request could authorise ("Authentication
+    # failed": POST /runs/{id}/finish answers 403 without the run's token) is not a failure of the server
+    assert "passed" in done.stdout and not re.search(r"\d+\s+failed", summary), summary[-2000:]
     assert health == 200
