@@ -212,13 +212,15 @@ def episode_score() -> Scorer:
         final = state.store.get(STATE_KEY) or {}
         graded = final.get("done") and final.get("score") is not None
         value = float(final["score"]) if graded else FLOOR
-        if not graded:
+        if final.get("sealed"):  # a counted attempt on a fixed salt: its score is the run's published result's
+            how = "sealed: this counted attempt's score shows only in its run's published result (the floor here)"
+        elif not graded:
             how = "no answer was graded"
         elif final.get("truncated"):
             how = "the step budget ran out"
         else:
             how = "graded"
-        shown = {k: final.get(k) for k in ("task_id", "level", "split", "step", "max_steps")}
+        shown = {k: final.get(k) for k in ("task_id", "level", "split", "step", "max_steps", "sealed")}
         return Score(value=value, answer=state.store.get(SUBMITTED_KEY), explanation=how, metadata=shown)
 
     return score

@@ -50,7 +50,7 @@ MAX_MESSAGE = 500  # characters of an error message (a forwarded one may echo a 
 ENVELOPE = {"jsonrpc", "id", "method", "params"}
 NO_SESSION = ("params.session_id is required: open one with openenv/session/create (or initialize over MCP's "
               "streamable HTTP transport, whose Mcp-Session-Id header names it)")  # fmt: skip
-RESULT_FIELDS = ("task_id", "level", "split", "step", "max_steps", "done", "truncated", "score")
+RESULT_FIELDS = ("task_id", "level", "split", "step", "max_steps", "done", "truncated", "score", "counted", "sealed")
 
 Endpoint = Callable[[Request], Awaitable[Any]]
 

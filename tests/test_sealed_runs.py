@@ -253,3 +253,27 @@ def test_a_configured_eval_folder_of_a_test_run_shows_no_answer(tmp_path) -> Non
                 assert "solution_target" not in text and not re.search(r"test-[0-9a-f]{20}", text)
     finally:
         service.stop()
+
+
+def test_mcp_says_sealed_where_a_score_would_be(tmp_path) -> None:
+    """Over POST /mcp a sealed counted attempt's graded submission reads ``sealed: true`` with no score in its
+    structured result (the text says so too), so a tool-calling harness shows "sealed", not the floor as a score."""
+    settings = ServerSettings(test_salt=SALT, data_dir=str(tmp_path), run_quota=0, standard_set=STANDARD)
+    service = Service(settings)
+    try:
+        with TestClient(create_app(service)) as http:
+            run = http.post("/runs", json={"agent": "mcp"}).json()
+
+            def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+                return http.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).json()
+
+            sid = rpc("openenv/session/create", {})["result"]["session_id"]
+            start = {"task_id": TASK, "split": "test", "level": "easy", "index": 0, "run_token": run["run_token"]}
+            rpc("tools/call", {"session_id": sid, "name": "start_episode", "arguments": start})
+            answer = {"answer": instance(0).truth["indices"]}
+            done = rpc("tools/call", {"session_id": sid, "name": "submit_answer", "arguments": answer})["result"]
+            shown = done["structuredContent"]
+            assert shown["done"] and shown["sealed"] is True and shown["score"] is None and shown["counted"] is True
+            assert "sealed" in done["content"][0]["text"]
+    finally:
+        service.stop()
