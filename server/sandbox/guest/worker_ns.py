@@ -10,7 +10,8 @@ trusted code and before it hardens itself, a worker enters
   invisible to every other worker and are destroyed by the kernel when the worker dies (the namespace dies with its
   last process), so nothing outlives the session;
 * a **new mount namespace** (every mount private) in which ``/tmp`` and ``/dev/shm`` are fresh, empty, read-only
-  tmpfs mounts and ``/`` and ``/dev`` are read-only: there is nowhere to leave a file for the next session.
+  tmpfs mounts (but for the worker's own code and runtime where those live under ``/tmp``, bound back read-only as
+  the jail showed them) and ``/`` and ``/dev`` are read-only: there is nowhere to leave a file for the next session.
 
 This needs CAP_SYS_ADMIN in the jail (the zygote keeps it for this, and every worker drops it with the rest of its
 capabilities before it runs anything of a session). seccomp refuses SysV IPC calls too, so a host without namespaces
@@ -19,6 +20,7 @@ capabilities before it runs anything of a session). seccomp refuses SysV IPC cal
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 
@@ -81,13 +83,45 @@ def enter_private_namespaces(workdir: str = "") -> None:
             _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | safe)
     for target in EMPTY_MOUNTS:
         if os.path.isdir(target):
-            _mount("tmpfs", target, "tmpfs", safe, "size=4k,nr_inodes=4,mode=0755")
+            kept = _open_kept(target)
+            try:
+                _mount("tmpfs", target, "tmpfs", safe, f"size=64k,nr_inodes={4 + 32 * len(kept)},mode=0755")
+                for path, fd in kept:  # the code and runtime beneath it, as the jail showed them
+                    os.makedirs(path, mode=0o555, exist_ok=True)
+                    _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+            finally:
+                for _, fd in kept:
+                    os.close(fd)
             if workdir.startswith(target + "/"):
-                os.makedirs(workdir, mode=0o555)
+                os.makedirs(workdir, mode=0o555, exist_ok=True)
             os.chmod(target, 0o555)
-            _mount(None, target, None, MS_REMOUNT | MS_RDONLY | safe, "size=4k,nr_inodes=4")
+            _mount(None, target, None, MS_REMOUNT | MS_RDONLY | safe)
     for target in READ_ONLY:
         _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _open_kept(target: str) -> list[tuple[str, int]]:
+    """The folders under ``target`` that the worker runs from (the package's guest code, the virtualenv, any import
+    path: a checkout or a virtualenv may live under ``/tmp``), each with an ``O_PATH`` descriptor, outermost only, so
+    that a fresh empty ``target`` can show them again. Without this a checkout under ``/tmp`` vanished from every
+    worker's view: the package's own files could no longer be read or imported."""
+    import sys
+
+    import mechsandbox
+
+    wanted = {os.path.dirname(os.path.abspath(mechsandbox.__file__)), sys.prefix, sys.base_prefix, *sys.path}
+    paths = {os.path.abspath(w) for w in wanted if w}
+    under = sorted(p for p in paths if p.startswith(target + "/") and os.path.isdir(p))
+    outermost = [p for p in under if not any(p != q and p.startswith(q + "/") for q in under)]
+    kept = []
+    try:
+        for path in outermost:
+            kept.append((path, os.open(path, os.O_PATH | os.O_DIRECTORY)))
+    except OSError:
+        for _, fd in kept:
+            os.close(fd)
+        raise
+    return kept
 
 
 def hide(paths: tuple[str, ...]) -> None:
@@ -110,20 +144,60 @@ def spawn_child(private: bool, own_pid_namespace: int) -> int:
 
 
 def probe(own_pid_namespace: int, workdir: str = "") -> str:
-    """Whether a worker can have namespaces of its own here: a throwaway child tries (the zygote asks once)."""
+    """Whether a worker can have namespaces of its own here (the zygote asks once): ``active``; ``active without a
+    PID namespace of its own (...)`` where IPC and mount namespaces work but the zygote could not return to its own
+    PID namespace after making one; else ``failed: ...``.
+
+    The rehearsal runs in a throwaway child, never in the zygote: a zygote that unshared a PID namespace and then could
+    not ``setns`` back (as under podman with ``unmask=ALL``) would fork every later worker into the dead rehearsal's
+    namespace, and each fork fails with ENOMEM. The child makes two workers in a row, as the zygote will."""
+    pid_ns = _rehearse(own_pid_namespace, workdir, own_pid=True)
+    if pid_ns == "active":
+        return "active"
+    rest = _rehearse(own_pid_namespace, workdir, own_pid=False)
+    return f"active without a PID namespace of its own ({pid_ns})" if rest == "active" else rest
+
+
+def _rehearse(own_pid_namespace: int, workdir: str, own_pid: bool) -> str:
+    """In a throwaway child: spawn two would-be workers (each in a PID namespace of its own when ``own_pid``) that
+    enter their private namespaces; what the first failure said, or ``active``."""
     reader, writer = os.pipe()
+    child = os.fork()
+    if child == 0:
+        message = b"active"
+        try:
+            os.close(reader)
+            for _ in range(2):
+                message = _one_worker(own_pid_namespace, workdir, own_pid)
+                if message != b"active":
+                    break
+        except OSError as exc:
+            message = f"failed: {exc.strerror or exc}"[:300].encode()
+        finally:
+            with contextlib.suppress(OSError):
+                os.write(writer, message)
+            os._exit(0)
+    os.close(writer)
     try:
-        pid = spawn_child(True, own_pid_namespace)
-    except OSError as exc:
+        chunks = []
+        while chunk := os.read(reader, 512):
+            chunks.append(chunk)
+    finally:
         os.close(reader)
-        os.close(writer)
-        return f"failed: {exc.strerror or exc}"
+        os.waitpid(child, 0)
+    return b"".join(chunks).decode(errors="replace") or "failed: the probe died"
+
+
+def _one_worker(own_pid_namespace: int, workdir: str, own_pid: bool) -> bytes:
+    reader, writer = os.pipe()
+    pid = spawn_child(own_pid, own_pid_namespace)
     if pid == 0:
         try:
             os.close(reader)
             try:
                 enter_private_namespaces(workdir)
-                message = b"active" if os.getpid() == 1 else b"failed: not PID 1 of a namespace of its own"
+                alone = os.getpid() == 1 or not own_pid
+                message = b"active" if alone else b"failed: not PID 1 of a namespace of its own"
             except OSError as exc:
                 message = f"failed: {exc.strerror or exc}"[:300].encode()
             os.write(writer, message)
@@ -137,4 +211,4 @@ def probe(own_pid_namespace: int, workdir: str = "") -> str:
     finally:
         os.close(reader)
         os.waitpid(pid, 0)
-    return b"".join(chunks).decode(errors="replace") or "failed: the probe died"
+    return b"".join(chunks) or b"failed: the probe died"

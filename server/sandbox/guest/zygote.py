@@ -69,7 +69,8 @@ def main(argv: list[str]) -> None:
         if config["worker_namespaces"]
         else "skipped: the zygote is not jailed"
     )
-    private = own_namespaces == "active"
+    private = own_namespaces.startswith("active")  # IPC and mount namespaces of its own (and a PID one, if "active")
+    own_pid = own_namespaces == "active"
     hard = dict(config["hardening"])
     if private:
         hard["own_namespaces"] = True
@@ -95,7 +96,7 @@ def main(argv: list[str]) -> None:
         slot = int(message["slot"])
         server_end, worker_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         server_end.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        pid = worker_ns.spawn_child(private, own_pid_namespace)
+        pid = worker_ns.spawn_child(own_pid, own_pid_namespace)
         if pid == 0:
             control.close()
             server_end.close()

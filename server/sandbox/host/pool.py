@@ -501,7 +501,7 @@ class ZygoteProcess:
         self.start_seconds = time.perf_counter() - started
         self.address_space = int(ready["address_space"])
         self.worker_namespaces = str(ready.get("worker_namespaces", "unknown"))
-        if bwrap is not None and self.worker_namespaces != "active":  # the jail is only whole with them
+        if bwrap is not None and not self.worker_namespaces.startswith("active"):  # the jail is only whole with them
             self.namespaces = f"failed: a worker's own namespaces: {self.worker_namespaces}"
 
     @property
