@@ -63,24 +63,27 @@ def back_to_pid_namespace(own: int) -> None:
     _check(_libc.setns(own, CLONE_NEWPID), "setns(CLONE_NEWPID)")
 
 
-def enter_private_namespaces(workdir: str = "") -> None:
+def enter_private_namespaces(workdir: str = "", own_pid: bool = True) -> None:
     """Move this (freshly forked, single-threaded) process into IPC and mount namespaces of its own, with a ``/proc``
     of its own PID namespace (the zygote made one for it: it is PID 1 there and alone).
 
     ``workdir``: a folder under ``/tmp`` to leave, empty, in the worker's own ``/tmp`` (its working directory keeps
-    the path the server made for it). Raises OSError when the kernel refuses (no CAP_SYS_ADMIN in the jail's user
-    namespace)."""
+    the path the server made for it). ``own_pid``: the worker is PID 1 of a PID namespace of its own, and gets a
+    ``/proc`` of it; without one it keeps the jail's ``/proc`` (a kernel that refuses a worker its PID namespace, as
+    under podman's ``unmask=ALL``, refuses that mount too). Raises OSError when the kernel refuses (no CAP_SYS_ADMIN in
+    the jail's user namespace)."""
     _check(_libc.unshare(CLONE_NEWIPC | CLONE_NEWNS), "unshare")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing mounted here propagates back to the zygote's view
     safe = MS_NOSUID | MS_NODEV | MS_NOEXEC
-    # on top of the jail's /proc, which shows the zygote and every other worker (it stays mounted beneath: in a user
-    # namespace the kernel mounts a new proc only where a fully visible one is already there)
-    _mount("proc", "/proc", "proc", safe)
-    for part in PROC_READ_ONLY:  # as bubblewrap leaves them: no kernel setting or trigger is written through /proc
-        path = f"/proc/{part}"
-        if os.path.exists(path):
-            _mount(path, path, None, MS_BIND | MS_REC)
-            _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | safe)
+    if own_pid:
+        # on top of the jail's /proc, which shows the zygote and every other worker (it stays mounted beneath: in a
+        # user namespace the kernel mounts a new proc only where a fully visible one is already there)
+        _mount("proc", "/proc", "proc", safe)
+        for part in PROC_READ_ONLY:  # as bubblewrap leaves them: no kernel setting or trigger is written through /proc
+            path = f"/proc/{part}"
+            if os.path.exists(path):
+                _mount(path, path, None, MS_BIND | MS_REC)
+                _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | safe)
     for target in EMPTY_MOUNTS:
         if os.path.isdir(target):
             kept = _open_kept(target)
@@ -195,7 +198,7 @@ def _one_worker(own_pid_namespace: int, workdir: str, own_pid: bool) -> bytes:
         try:
             os.close(reader)
             try:
-                enter_private_namespaces(workdir)
+                enter_private_namespaces(workdir, own_pid)
                 alone = os.getpid() == 1 or not own_pid
                 message = b"active" if alone else b"failed: not PID 1 of a namespace of its own"
             except OSError as exc:

@@ -102,7 +102,7 @@ def main(argv: list[str]) -> None:
             server_end.close()
             if private:
                 try:
-                    worker_ns.enter_private_namespaces(cfg.workdir)  # its own /tmp keeps an empty working folder
+                    worker_ns.enter_private_namespaces(cfg.workdir, own_pid)  # its own /tmp keeps an empty workdir
                 except OSError:
                     os._exit(70)  # never a worker that shares what it should not: the spawn fails instead
             worker.serve(worker_end, slot, cfg, os.getppid(), facades, limits, payloads)
