@@ -181,14 +181,7 @@ def _rehearse(own_pid_namespace: int, workdir: str, own_pid: bool) -> str:
                 os.write(writer, message)
             os._exit(0)
     os.close(writer)
-    try:
-        chunks = []
-        while chunk := os.read(reader, 512):
-            chunks.append(chunk)
-    finally:
-        os.close(reader)
-        os.waitpid(child, 0)
-    return b"".join(chunks).decode(errors="replace") or "failed: the probe died"
+    return _answer(reader, child).decode(errors="replace")
 
 
 def _one_worker(own_pid_namespace: int, workdir: str, own_pid: bool) -> bytes:
@@ -207,11 +200,17 @@ def _one_worker(own_pid_namespace: int, workdir: str, own_pid: bool) -> bytes:
         finally:
             os._exit(0)
     os.close(writer)
+    return _answer(reader, pid)
+
+
+def _answer(reader: int, child: int) -> bytes:
+    """What a probing child wrote before it exited (read to the end, then reaped); a child that died saying nothing
+    failed."""
     try:
         chunks = []
         while chunk := os.read(reader, 512):
             chunks.append(chunk)
     finally:
         os.close(reader)
-        os.waitpid(pid, 0)
+        os.waitpid(child, 0)
     return b"".join(chunks) or b"failed: the probe died"
