@@ -182,6 +182,12 @@ def _play(agent: Agent, env: Any, reset: dict[str, Any], record: EpisodeRecord, 
           max_turns: int | None, on_step: Callable[[StepLog], None] | None) -> None:  # fmt: skip
     result = _on_env(lambda: env.reset(**reset), started=False)
     obs = result.observation.model_dump()
+    if reset.get("run_token") is not None and obs.get("counted") is False:
+        # A plan resets each instance of its run once, so the run's attempt here was claimed by an earlier reset whose
+        # reply never came (its server died with it): that attempt is lost to the infrastructure, and this replay
+        # would count for nothing. Recorded as the infrastructure's, never as a score, and never tried again.
+        why = "the run's counted attempt here was claimed by a reset whose reply was lost with its server"
+        raise InfrastructureError("connection", f"{why}; a replay would not count", started=True)
     record.instance_id, record.family_version = obs["instance_id"], obs.get("family_version") or ""
     record.task_id, record.level = obs["task_id"], obs["level"]
     agent.begin(obs)

@@ -314,3 +314,22 @@ def test_the_run_viewer_names_episodes_lost_to_the_infrastructure(tmp_path) -> N
     assert "1 infrastructure error (connection 1)" in page and "graded episodes" in page
     assert 'data-outcome="infrastructure"' in page and "the server went away" in page
     assert '<option value="infrastructure">' in page
+
+
+def test_a_replay_of_a_claimed_counted_attempt_is_the_infrastructures_loss_not_a_score(tmp_path) -> None:
+    """A harness resets each instance of its run once; a reset that answers ``counted: false`` means the run's attempt
+    was claimed by an earlier reset whose reply was lost with its server (a replica killed outright cannot void it).
+    The episode is then recorded as the infrastructure's (never a floor score in a mean) and never tried again."""
+    from mechsandbox.agents import play_episode
+    from mechsandbox.agents.base import may_retry
+    from mechsandbox.agents.scripted import ScriptedAgent
+
+    with running_server(tmp_path, MECHSANDBOX_TEST_SALT=SALT) as server, server.http() as http:
+        run = http.post("/runs", json={"agent": "replayed"}).json()
+        reset = {"task_id": TASK, "level": "easy", "split": "test", "index": 3, "run_token": run["run_token"]}
+        claimed = http.post("/reset", json=reset).json()  # the claim whose reply "was lost"
+        assert claimed["observation"]["counted"] is True
+        with MechSandboxEnv(base_url=server.url).sync() as env:
+            record = play_episode(ScriptedAgent(), env, reset)
+    assert record.infra_error is not None and record.infra_error["side"] == "connection" and record.score is None
+    assert not record.graded and not may_retry(record)
