@@ -9,7 +9,9 @@ from server_harness import running_server
 
 
 def test_short_soak(tmp_path) -> None:
-    env = {"MECHSANDBOX_WALL_SECONDS": "2", "MECHSANDBOX_POOL_SIZE": "4"}
+    # hostile snippets that block without using CPU now run to the wall-clock backstop (the limit is CPU time since
+    # issue 52): a short backstop keeps them cycling within the soak's 30 s
+    env = {"MECHSANDBOX_WALL_SECONDS": "2", "MECHSANDBOX_WALL_BACKSTOP_SECONDS": "3", "MECHSANDBOX_POOL_SIZE": "4"}
     with running_server(tmp_path, **env) as server:
         report = run_soak(server.url, server.process.pid, seconds=30, sessions=16, hostile=4)
     assert report.steps > 100 and report.hostile_steps > 0.05 * report.steps
